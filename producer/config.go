@@ -1,0 +1,223 @@
+package producer
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Defaults of Config, as in the seed.
+const (
+	DefaultCheckpointChars    = 512
+	DefaultCheckpointInterval = 750 * time.Millisecond
+	DefaultCheckpointRetries  = 3
+	DefaultRetryBackoff       = 50 * time.Millisecond
+	DefaultCommitTimeout      = 10 * time.Second
+	DefaultRetainChars        = Seq(64 * 1024)
+	DefaultLinger             = 30 * time.Second
+	DefaultMaxQueuedFrames    = 1024
+	DefaultRelayAttachTimeout = 2 * time.Second
+)
+
+// NoRetries is the CheckpointRetries value that turns retries off (zero means the default).
+const NoRetries = -1
+
+// AuthorizeInput is what the authorizer sees for one subscribe.
+type AuthorizeInput struct {
+	User     any    // the caller, as the app identifies it
+	StreamID string // the stream asked for
+	From     Seq    // where the reader claims to be
+	// Meta is the payload the stream was opened with, or nil when the stream is not hosted on this
+	// plane: exactly when the app must decide from StreamID and its own durable state.
+	Meta    any
+	Request any // the app's request value, passed through
+}
+
+// AuthorizeFunc decides whether a reader may subscribe. It runs before the plane looks the stream
+// up, so a denial cannot be used to probe for stream ids. An error fails the subscribe as is.
+type AuthorizeFunc func(ctx context.Context, in AuthorizeInput) (bool, error)
+
+// CheckpointInfo describes one checkpoint, for errors and observation.
+type CheckpointInfo struct {
+	StreamID string
+	From     Seq
+	Seq      Seq
+	// Duration is how long the commit took, retries included.
+	Duration time.Duration
+	// Lag is how long the oldest character of the slice waited between Push and the store's
+	// confirmation: the durability lag of this checkpoint. Zero on errors.
+	Lag time.Duration
+	// Seal is true for the closing compaction.
+	Seal bool
+}
+
+// RelayPhase says where a relay failure happened.
+type RelayPhase string
+
+// The relay phases.
+const (
+	RelayPublish RelayPhase = "publish" // mirroring a frame out
+	RelayAttach  RelayPhase = "attach"  // dialing the adapter
+	RelayFrames  RelayPhase = "frames"  // consuming or conforming its frames
+)
+
+// Config configures a Plane. Committer and Authorize are required; every other field has a
+// default. New validates the whole Config once and names the first field it refuses.
+type Config struct {
+	// Committer is the durable plane. Required.
+	Committer Committer
+
+	// Authorize decides every subscribe. Required: subscribing is reading someone's chat, so
+	// there is no default-allow.
+	Authorize AuthorizeFunc
+
+	// CheckpointChars is how many produced but uncommitted UTF-16 units force a checkpoint.
+	// Defaults to DefaultCheckpointChars.
+	CheckpointChars int
+
+	// CheckpointInterval is how long after the last checkpoint pending text forces one, and how
+	// long a failed checkpoint waits before the next attempt. Defaults to
+	// DefaultCheckpointInterval.
+	CheckpointInterval time.Duration
+
+	// CheckpointRetries is how many times a failing commit is retried before its slice is left
+	// for the next trigger. Zero means DefaultCheckpointRetries; NoRetries means none.
+	CheckpointRetries int
+
+	// RetryBackoff is the first retry's delay; each further retry doubles it. Real time, not the
+	// Clock. Defaults to DefaultRetryBackoff.
+	RetryBackoff time.Duration
+
+	// CommitTimeout bounds each commit attempt, so a hung store costs a retry, not a wedged
+	// stream. Defaults to DefaultCommitTimeout.
+	CommitTimeout time.Duration
+
+	// RetainChars is the slack kept below the durable offset so a reader whose durable view lags
+	// a checkpoint can still join without a stale round trip. Text at or above the durable
+	// offset is never trimmed. Only for a Committer that does not need the whole body: New
+	// refuses it with a WholeBodyCommitter (compaction writes the whole text at close).
+	// Defaults to DefaultRetainChars for other committers.
+	RetainChars Seq
+
+	// Linger is how long a sealed stream stays joinable, so a subscribe that races the last token
+	// still gets the tail and end rather than absent. Defaults to DefaultLinger.
+	Linger time.Duration
+
+	// MaxQueuedFrames caps each reader's queue; overflow drops that reader with stale. Relayed
+	// readers share the bound. Defaults to DefaultMaxQueuedFrames.
+	MaxQueuedFrames int
+
+	// Relay carries the live plane across processes. Nil means none: a reader of a stream hosted
+	// elsewhere gets absent and reads the durable plane.
+	Relay *Relay
+
+	// RelayAttachTimeout bounds Relay.Attach: a hung adapter yields absent, not a hung request.
+	// Defaults to DefaultRelayAttachTimeout; refused without a Relay.
+	RelayAttachTimeout time.Duration
+
+	// OnCheckpointFunc, if set, observes every confirmed checkpoint (metrics, traces). It runs in
+	// the stream's checkpoint goroutine and must not block.
+	OnCheckpointFunc func(info CheckpointInfo)
+
+	// OnCheckpointErrorFunc hears a checkpoint that exhausted its retries. The stream keeps
+	// streaming (a durability stall, not a stream stall), so the error must not vanish. Defaults
+	// to logging at error level.
+	OnCheckpointErrorFunc func(err error, info CheckpointInfo)
+
+	// OnRelayErrorFunc hears relay failures: a failing Publish, a failed or timed-out Attach, a
+	// conform violation. A diagnostic, never a control path. Defaults to logging at warn level;
+	// refused without a Relay.
+	OnRelayErrorFunc func(err error, streamID string, phase RelayPhase)
+
+	// Logger receives the default error reports. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Clock drives cadence (checkpoint interval, linger). Nil means real time.
+	Clock Clock
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.Committer == nil {
+		return out, &ConfigError{"Committer", "is required"}
+	}
+	if out.Authorize == nil {
+		return out, &ConfigError{"Authorize", "is required: there is no default-allow for reading a stream"}
+	}
+	positive := func(field string, v, def int64) (int64, error) {
+		switch {
+		case v < 0:
+			return 0, &ConfigError{field, "must not be negative"}
+		case v == 0:
+			return def, nil
+		}
+		return v, nil
+	}
+	var err error
+	var v int64
+	if v, err = positive("CheckpointChars", int64(out.CheckpointChars), DefaultCheckpointChars); err != nil {
+		return out, err
+	}
+	out.CheckpointChars = int(v)
+	if v, err = positive("CheckpointInterval", int64(out.CheckpointInterval), int64(DefaultCheckpointInterval)); err != nil {
+		return out, err
+	}
+	out.CheckpointInterval = time.Duration(v)
+	switch {
+	case out.CheckpointRetries == NoRetries:
+		out.CheckpointRetries = 0
+	case out.CheckpointRetries == 0:
+		out.CheckpointRetries = DefaultCheckpointRetries
+	case out.CheckpointRetries < 0:
+		return out, &ConfigError{"CheckpointRetries", "must be positive, zero for the default, or NoRetries"}
+	}
+	if v, err = positive("RetryBackoff", int64(out.RetryBackoff), int64(DefaultRetryBackoff)); err != nil {
+		return out, err
+	}
+	out.RetryBackoff = time.Duration(v)
+	if v, err = positive("CommitTimeout", int64(out.CommitTimeout), int64(DefaultCommitTimeout)); err != nil {
+		return out, err
+	}
+	out.CommitTimeout = time.Duration(v)
+	if v, err = positive("Linger", int64(out.Linger), int64(DefaultLinger)); err != nil {
+		return out, err
+	}
+	out.Linger = time.Duration(v)
+	if v, err = positive("MaxQueuedFrames", int64(out.MaxQueuedFrames), DefaultMaxQueuedFrames); err != nil {
+		return out, err
+	}
+	out.MaxQueuedFrames = int(v)
+
+	if _, whole := out.Committer.(WholeBodyCommitter); whole {
+		if out.RetainChars != 0 {
+			return out, &ConfigError{"RetainChars", "is for commit-callback mode only: this committer compacts the whole text at close, so the plane retains all of it"}
+		}
+		out.RetainChars = -1 // retain everything
+	} else if v, err = positive("RetainChars", int64(out.RetainChars), int64(DefaultRetainChars)); err != nil {
+		return out, err
+	} else {
+		out.RetainChars = Seq(v)
+	}
+
+	if out.Relay == nil {
+		if out.RelayAttachTimeout != 0 {
+			return out, &ConfigError{"RelayAttachTimeout", "does nothing without a Relay"}
+		}
+		if out.OnRelayErrorFunc != nil {
+			return out, &ConfigError{"OnRelayErrorFunc", "does nothing without a Relay"}
+		}
+	} else {
+		if out.Relay.Publish == nil && out.Relay.Attach == nil {
+			return out, &ConfigError{"Relay", "implements neither Publish nor Attach: which topology is this?"}
+		}
+		if v, err = positive("RelayAttachTimeout", int64(out.RelayAttachTimeout), int64(DefaultRelayAttachTimeout)); err != nil {
+			return out, err
+		}
+		out.RelayAttachTimeout = time.Duration(v)
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	out.Clock = clockOrReal(out.Clock)
+	return out, nil
+}

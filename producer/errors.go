@@ -1,0 +1,77 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels a caller branches on. Each typed error below matches one of them with errors.Is.
+var (
+	// ErrOpenRefused: the stream cannot be opened (see OpenRefusedError).
+	ErrOpenRefused = errors.New("stream open refused")
+	// ErrForbidden: the authorizer denied a subscribe. It is returned the same way whether or not
+	// the stream exists.
+	ErrForbidden = errors.New("forbidden")
+	// ErrClosed: the stream is sealed or sealing, or the plane is closed.
+	ErrClosed = errors.New("stream closed")
+	// ErrInvalidText: a pushed delta is not valid UTF-8. Nothing of it was taken.
+	ErrInvalidText = errors.New("invalid UTF-8 in pushed text")
+	// ErrNotDurable: a flush or seal could not make the produced text durable.
+	ErrNotDurable = errors.New("produced text is not durable")
+)
+
+// OpenRefusedError is a settled verdict about the app's data: the message row is missing, its
+// length column is NULL or already advanced, another producer holds it, or the stream is already
+// open on this plane. It is never retried: retrying would re-ask a question already answered.
+type OpenRefusedError struct {
+	StreamID string
+	Reason   string
+}
+
+func (e *OpenRefusedError) Error() string {
+	return fmt.Sprintf("stream %s: open refused: %s", e.StreamID, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrOpenRefused) true.
+func (e *OpenRefusedError) Is(target error) bool { return target == ErrOpenRefused }
+
+// ForbiddenError is a denied subscribe. It carries the id the caller asked for, nothing the
+// caller did not already know.
+type ForbiddenError struct {
+	StreamID string
+}
+
+func (e *ForbiddenError) Error() string { return fmt.Sprintf("stream %s: forbidden", e.StreamID) }
+
+// Is makes errors.Is(err, ErrForbidden) true.
+func (e *ForbiddenError) Is(target error) bool { return target == ErrForbidden }
+
+// NotDurableError says how much of the produced text the store holds when a flush or seal
+// could not make all of it durable. Err, when set, is the store's failure.
+type NotDurableError struct {
+	StreamID   string
+	DurableSeq Seq
+	Seq        Seq
+	Err        error
+}
+
+func (e *NotDurableError) Error() string {
+	msg := fmt.Sprintf("stream %s: only %d of %d characters are durable", e.StreamID, e.DurableSeq, e.Seq)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrNotDurable) true.
+func (e *NotDurableError) Is(target error) bool { return target == ErrNotDurable }
+
+func (e *NotDurableError) Unwrap() error { return e.Err }
+
+// ConfigError names the Config field that New refused, and why.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("producer: Config.%s: %s", e.Field, e.Reason) }

@@ -1,0 +1,588 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"math"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// LiveStream is the producer's handle on one stream, and the live plane's state for it: the
+// retained text, the offsets, the attached readers and the checkpoint driver. There is one
+// writer per stream by construction (Plane.Open refuses a second); its methods are safe for
+// concurrent use.
+type LiveStream struct {
+	p    *Plane
+	id   string
+	user any
+	meta any
+
+	mu         sync.Mutex
+	buf        text16
+	seq        Seq
+	durableSeq Seq
+	ended      bool
+	cancelled  bool
+	detached   bool // the plane closed: no more commits, timers or readers
+	subs       []*subscriber
+	sealing    *sealRequest
+	sealDone   chan struct{} // closed once ended
+	sealErr    error
+	waiters    []*flushWaiter
+
+	// Checkpoint driving (one drain goroutine at a time).
+	draining bool
+	forced   bool
+	stalled  bool // the last round left a slice uncommitted: wait the interval, not a hot loop
+	tick     Timer
+	tickGen  uint64
+	linger   Timer
+
+	// Durability lag bookkeeping: the push time of the oldest character not yet in a commit.
+	pendingAt time.Time
+}
+
+type sealRequest struct {
+	status Status
+	err    string
+}
+
+type flushWaiter struct {
+	at   Seq
+	done chan error // buffered 1
+}
+
+func newLiveStream(p *Plane, id string, user, meta any) *LiveStream {
+	return &LiveStream{p: p, id: id, user: user, meta: meta, sealDone: make(chan struct{})}
+}
+
+// ID is the stream id: the message row's key.
+func (s *LiveStream) ID() string { return s.id }
+
+// Seq is the total produced length.
+func (s *LiveStream) Seq() Seq {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq
+}
+
+// DurableSeq is the length the store has confirmed. It never decreases and never exceeds Seq.
+func (s *LiveStream) DurableSeq() Seq {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.durableSeq
+}
+
+// Cancelled reports whether a checkpoint round trip has seen a reader's request to stop. Pump
+// stops on it; a hand-written generation loop should check it.
+func (s *LiveStream) Cancelled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cancelled
+}
+
+// Push appends a delta. It reaches every reader at once and is checkpointed by policy. It returns
+// ErrInvalidText for invalid UTF-8 and ErrClosed once the stream is sealing; in both cases
+// nothing of text was taken.
+func (s *LiveStream) Push(text string) error {
+	if !utf8.ValidString(text) {
+		return fmt.Errorf("stream %s: %w", s.id, ErrInvalidText)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sealing != nil || s.ended || s.detached {
+		return fmt.Errorf("stream %s: push: %w", s.id, ErrClosed)
+	}
+	if text == "" {
+		return nil
+	}
+	from := s.seq
+	s.seq += s.buf.append(text)
+	if s.pendingAt.IsZero() {
+		s.pendingAt = s.p.cfg.Clock.Now()
+	}
+	s.fanoutLocked(Frame{Type: FrameChunk, From: from, Seq: s.seq, Text: text})
+	if s.seq-s.durableSeq >= Seq(s.p.cfg.CheckpointChars) {
+		s.kickLocked(true)
+	} else {
+		s.armLocked()
+	}
+	return nil
+}
+
+// Flush forces a checkpoint and returns once the store holds everything produced so far, with
+// the durable length. It is the ordering primitive: flush before writing a row that must follow
+// the text. It returns a *NotDurableError if the checkpoint could not commit.
+func (s *LiveStream) Flush(ctx context.Context) (Seq, error) {
+	s.mu.Lock()
+	at := s.seq
+	if s.durableSeq >= at {
+		d := s.durableSeq
+		s.mu.Unlock()
+		return d, nil
+	}
+	if s.ended || s.detached {
+		// After a failed seal the shortfall is permanent: nothing will retry it.
+		err := &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: ErrClosed}
+		s.mu.Unlock()
+		return 0, err
+	}
+	w := &flushWaiter{at: at, done: make(chan error, 1)}
+	s.waiters = append(s.waiters, w)
+	s.kickLocked(true)
+	s.mu.Unlock()
+	select {
+	case err := <-w.done:
+		if err != nil {
+			return 0, err
+		}
+		return s.DurableSeq(), nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.dropWaiterLocked(w)
+		s.mu.Unlock()
+		return 0, context.Cause(ctx)
+	}
+}
+
+// Pump pushes every delta of an iterator (the shape of an LLM SDK's text stream) until it ends,
+// returning early once a reader has cancelled (nil) or ctx ends (its error). Returning early
+// stops the iterator, which is what aborts the SDK's request. An error from the iterator is
+// returned as is: seal with Fail.
+func (s *LiveStream) Pump(ctx context.Context, deltas iter.Seq2[string, error]) error {
+	for d, err := range deltas {
+		if err != nil {
+			return err
+		}
+		if err := s.Push(d); err != nil {
+			return err
+		}
+		if s.Cancelled() {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+// Close seals the stream: cancelled if a reader asked it to stop, else complete. With a
+// compacting committer this writes the whole body and drops the chunk rows in one transaction,
+// so it also repairs any checkpoint that failed along the way. Readers always get their end
+// frame; if the seal could not commit, Close returns a *NotDurableError and the end frame
+// carries only what was durable. A second Close returns the first one's result.
+func (s *LiveStream) Close(ctx context.Context) error {
+	s.mu.Lock()
+	status := StatusComplete
+	if s.cancelled {
+		status = StatusCancelled
+	}
+	s.mu.Unlock()
+	return s.seal(ctx, status, "")
+}
+
+// Fail seals the stream with status error and cause's message, at whatever was produced.
+func (s *LiveStream) Fail(ctx context.Context, cause error) error {
+	msg := "unknown error"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return s.seal(ctx, StatusError, msg)
+}
+
+func (s *LiveStream) seal(ctx context.Context, status Status, errMsg string) error {
+	s.mu.Lock()
+	if !s.ended && s.sealing == nil {
+		if s.detached {
+			s.mu.Unlock()
+			return fmt.Errorf("stream %s: seal: %w", s.id, ErrClosed)
+		}
+		s.sealing = &sealRequest{status: status, err: errMsg}
+		s.disarmLocked()
+		s.kickLocked(true)
+	}
+	done := s.sealDone
+	s.mu.Unlock()
+	select {
+	case <-done:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.sealErr
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// ---- checkpoint driving
+
+func (s *LiveStream) armLocked() {
+	if s.tick != nil || s.seq == s.durableSeq || s.detached || s.ended {
+		return
+	}
+	s.tickGen++
+	gen := s.tickGen
+	s.tick = s.p.cfg.Clock.AfterFunc(s.p.cfg.CheckpointInterval, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if gen != s.tickGen || s.detached {
+			return // disarmed or re-armed since: this firing is stale
+		}
+		s.tick = nil
+		s.kickLocked(true)
+	})
+}
+
+func (s *LiveStream) disarmLocked() {
+	if s.tick != nil {
+		s.tick.Stop()
+		s.tick = nil
+	}
+	s.tickGen++
+}
+
+func (s *LiveStream) kickLocked(force bool) {
+	if force {
+		s.forced = true
+	}
+	if s.draining || s.detached || s.ended {
+		return
+	}
+	s.draining = true
+	s.p.wg.Add(1)
+	go s.drain()
+}
+
+// drain runs checkpoint rounds until nothing is due. Rounds are serialized (one drain goroutine
+// per stream), so a slow store turns into fewer, larger checkpoints, never a queue of them.
+func (s *LiveStream) drain() {
+	defer s.p.wg.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalled = false
+	for {
+		// A seal goes straight to compaction: it writes the whole body, so committing the tail
+		// as one more chunk first would be waste, and the seal repairs any failed slice anyway.
+		// It runs even after the plane detached (its commit then fails at once), so a Close
+		// waiting on it always gets an answer.
+		if s.sealing != nil {
+			s.commitSealLocked()
+			break
+		}
+		if s.detached {
+			break
+		}
+		behind := s.seq - s.durableSeq
+		if behind > 0 && (s.forced || behind >= Seq(s.p.cfg.CheckpointChars)) {
+			// Consume the force before the round, not after: a flush that lands while this round
+			// is in flight sets it again and gets a round of its own.
+			s.forced = false
+			s.disarmLocked()
+			if s.commitTailLocked() {
+				s.stalled = true
+				// A seal requested meanwhile outranks the retry cadence (it supersedes and repairs
+				// the failed slice), and a flush that re-forced during the failed round earns one
+				// immediate re-attempt; an unforced failure waits the interval.
+				if s.sealing == nil && !s.forced {
+					break
+				}
+			}
+			continue
+		}
+		s.forced = false
+		break
+	}
+	s.draining = false
+	if s.ended || s.detached {
+		return
+	}
+	switch {
+	case s.sealing != nil:
+		s.kickLocked(false)
+	case s.stalled:
+		s.armLocked()
+	case s.seq-s.durableSeq >= Seq(s.p.cfg.CheckpointChars):
+		s.kickLocked(false)
+	default:
+		s.armLocked()
+	}
+}
+
+// commitTailLocked commits [durableSeq, seq). It releases the lock for the I/O and reports
+// whether the round failed.
+func (s *LiveStream) commitTailLocked() (failed bool) {
+	from, to := s.durableSeq, s.seq
+	text := s.buf.slice(from, to)
+	inflightAt := s.pendingAt
+	s.pendingAt = time.Time{}
+	in := AppendInput{StreamID: s.id, From: from, Seq: to, Text: text}
+
+	s.mu.Unlock()
+	start := s.p.cfg.Clock.Now()
+	var res AppendResult
+	err := s.p.retry(s.p.ctx, func(ctx context.Context) error {
+		var err error
+		res, err = s.p.cfg.Committer.Append(ctx, in)
+		return err
+	})
+	var truth Seq
+	var truthErr error
+	if err != nil {
+		// The store may hold more than we believe: an append that committed while its reply was
+		// lost somewhere in the retry chain. Adopting its word keeps the next slice contiguous.
+		truthCtx, cancel := context.WithTimeout(context.WithoutCancel(s.p.ctx), s.p.cfg.CommitTimeout)
+		truth, truthErr = s.p.cfg.Committer.DurableSeq(truthCtx, s.id)
+		cancel()
+	}
+	now := s.p.cfg.Clock.Now()
+	info := CheckpointInfo{StreamID: s.id, From: from, Seq: to, Duration: now.Sub(start)}
+	s.mu.Lock()
+
+	if err == nil && res.CancelRequested {
+		s.cancelled = true
+	}
+	confirmed := to
+	switch {
+	case err != nil && truthErr == nil:
+		confirmed = truth
+	case err != nil:
+		confirmed = s.durableSeq
+	case res.ReadBack:
+		confirmed = res.Durable
+	}
+	if confirmed > s.seq {
+		// P forbids claiming more than was produced: a rival wrote this row. Keep our offsets
+		// and let the seal's compaction settle the body.
+		if err == nil {
+			err = fmt.Errorf("stream %s: the store holds %d characters but only %d were produced (a rival writer?)", s.id, confirmed, s.seq)
+		}
+		confirmed = s.durableSeq
+	}
+	if confirmed > s.durableSeq {
+		s.advanceDurableLocked(confirmed)
+	}
+	if err == nil && confirmed < to {
+		// The slice's from was stale (an earlier ack loss not visible then): the guarded write
+		// was a no-op, and the next round re-covers from the confirmed offset.
+		err = fmt.Errorf("stream %s: the store confirmed %d of %d: re-covering from there", s.id, confirmed, to)
+	}
+	if err != nil {
+		if !inflightAt.IsZero() && (s.pendingAt.IsZero() || inflightAt.Before(s.pendingAt)) {
+			s.pendingAt = inflightAt
+		}
+		s.rejectWaitersLocked(to, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: to, Err: err})
+		s.mu.Unlock()
+		s.p.reportCheckpointError(err, info)
+		s.mu.Lock()
+		return true
+	}
+	if !inflightAt.IsZero() {
+		info.Lag = now.Sub(inflightAt)
+	}
+	if f := s.p.cfg.OnCheckpointFunc; f != nil {
+		s.mu.Unlock()
+		f(info)
+		s.mu.Lock()
+	}
+	return false
+}
+
+// advanceDurableLocked is the one place durable progress is recorded: offset, durable frame,
+// trim, waiters.
+func (s *LiveStream) advanceDurableLocked(seq Seq) {
+	s.durableSeq = seq
+	s.fanoutLocked(Frame{Type: FrameDurable, Seq: seq})
+	if r := s.p.cfg.RetainChars; r >= 0 {
+		if floor := s.durableSeq - r; floor > s.buf.from {
+			s.buf.trimTo(floor)
+		}
+	}
+	s.resolveWaitersLocked()
+}
+
+func (s *LiveStream) commitSealLocked() {
+	seal := s.sealing
+	from := s.durableSeq
+	in := CloseInput{
+		StreamID: s.id,
+		From:     from,
+		Seq:      s.seq,
+		Body:     string(s.buf.b),
+		BodyFrom: s.buf.from,
+		Status:   seal.status,
+		Error:    seal.err,
+	}
+	pendingAt := s.pendingAt
+	s.mu.Unlock()
+	start := s.p.cfg.Clock.Now()
+	err := s.p.retry(s.p.ctx, func(ctx context.Context) error { return s.p.cfg.Committer.Close(ctx, in) })
+	now := s.p.cfg.Clock.Now()
+	info := CheckpointInfo{StreamID: s.id, From: from, Seq: in.Seq, Seal: true, Duration: now.Sub(start)}
+	if err != nil {
+		s.p.reportCheckpointError(err, info)
+	} else if f := s.p.cfg.OnCheckpointFunc; f != nil {
+		if !pendingAt.IsZero() {
+			info.Lag = now.Sub(pendingAt)
+		}
+		f(info)
+	}
+	s.mu.Lock()
+
+	if err == nil {
+		s.durableSeq = s.seq
+	} else {
+		s.sealErr = &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: err}
+	}
+	s.ended = true
+	s.disarmLocked()
+	s.rejectWaitersLocked(math.MaxInt64, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: err})
+	s.resolveWaitersLocked()
+	end := Frame{Type: FrameEnd, Seq: s.durableSeq, Status: seal.status, Error: seal.err}
+	// The terminal reaches the relay too; locally it bypasses the queue cap, being the last frame.
+	s.p.publishRelay(s.id, end)
+	for _, sub := range s.subs {
+		sub.idx = -1
+		sub.finish(end)
+	}
+	s.subs = nil
+	close(s.sealDone)
+	if !s.detached {
+		s.linger = s.p.cfg.Clock.AfterFunc(s.p.cfg.Linger, func() { s.p.retire(s) })
+	}
+}
+
+func (s *LiveStream) resolveWaitersLocked() {
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if w.at <= s.durableSeq {
+			w.done <- nil
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(s.waiters[len(kept):])
+	s.waiters = kept
+}
+
+// rejectWaitersLocked fails the flushes that asked for a prefix through upTo that is not durable;
+// later ones keep waiting for a later round. A durability failure is never silent.
+func (s *LiveStream) rejectWaitersLocked(upTo Seq, err error) {
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if w.at <= upTo && w.at > s.durableSeq {
+			w.done <- err
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(s.waiters[len(kept):])
+	s.waiters = kept
+}
+
+func (s *LiveStream) dropWaiterLocked(target *flushWaiter) {
+	for i, w := range s.waiters {
+		if w == target {
+			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// ---- readers
+
+func (s *LiveStream) fanoutLocked(f Frame) {
+	// Every frame local readers get, the relay gets, also when nobody local is attached.
+	s.p.publishRelay(s.id, f)
+	for i := 0; i < len(s.subs); {
+		sub := s.subs[i]
+		if !sub.offer(f) {
+			// Bounded, then dropped: a reader that stopped draining costs itself a rejoin.
+			s.removeSubLocked(sub)
+			sub.finish(Frame{Type: FrameStale, FloorSeq: s.buf.from, DurableSeq: s.durableSeq})
+			continue
+		}
+		i++
+	}
+}
+
+func (s *LiveStream) removeSubLocked(sub *subscriber) {
+	i := sub.idx
+	if i < 0 || i >= len(s.subs) || s.subs[i] != sub {
+		return
+	}
+	last := len(s.subs) - 1
+	s.subs[i] = s.subs[last]
+	s.subs[i].idx = i
+	s.subs[last] = nil
+	s.subs = s.subs[:last]
+	sub.idx = -1
+}
+
+func (s *LiveStream) detachSub(sub *subscriber) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.removeSubLocked(sub)
+}
+
+// subscribe attaches a reader at from in one critical section (snapshot, replay, register), so
+// no delta can fall between the replay and the live tail: the gap-free half of contract S.
+func (s *LiveStream) subscribe(from Seq) *Subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := newSubscriber(s.p.cfg.MaxQueuedFrames, s.detachSub)
+	out := &Subscription{streamID: s.id, sub: sub}
+	at := min(max(from, 0), s.seq)
+	if at < s.buf.from {
+		sub.finish(Frame{Type: FrameStale, FloorSeq: s.buf.from, DurableSeq: s.durableSeq})
+		return out
+	}
+	// A join inside a surrogate pair moves down to the pair's start: the replay re-covers the
+	// half the reader holds rather than starting mid-character.
+	at, off := s.buf.locate(at)
+	// The join frames bypass the cap: they are one snapshot, however small the cap.
+	sub.queue = append(sub.queue, Frame{Type: FrameOpen, StreamID: s.id, From: at, Seq: s.seq, DurableSeq: s.durableSeq, Ended: s.ended})
+	if s.seq > at {
+		sub.queue = append(sub.queue, Frame{Type: FrameChunk, From: at, Seq: s.seq, Text: string(s.buf.b[off:])})
+	}
+	if s.durableSeq > at {
+		sub.queue = append(sub.queue, Frame{Type: FrameDurable, Seq: s.durableSeq})
+	}
+	if s.ended {
+		seal := s.sealing
+		if seal == nil {
+			seal = &sealRequest{status: StatusInterrupted}
+		}
+		sub.finish(Frame{Type: FrameEnd, Seq: s.durableSeq, Status: seal.status, Error: seal.err})
+		return out
+	}
+	if s.detached {
+		sub.finish(Frame{Type: FrameAbsent})
+		return out
+	}
+	sub.idx = len(s.subs)
+	s.subs = append(s.subs, sub)
+	return out
+}
+
+// detach drops every reader and timer without a durable write (plane teardown).
+func (s *LiveStream) detach() {
+	s.mu.Lock()
+	s.detached = true
+	s.disarmLocked()
+	if s.linger != nil {
+		s.linger.Stop()
+	}
+	subs := s.subs
+	s.subs = nil
+	for _, sub := range subs {
+		sub.idx = -1
+	}
+	s.rejectWaitersLocked(math.MaxInt64, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: ErrClosed})
+	s.mu.Unlock()
+	for _, sub := range subs {
+		sub.close()
+	}
+}

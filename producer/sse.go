@@ -1,0 +1,168 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Defaults of SSEConfig.
+const (
+	DefaultKeepAlive       = 15 * time.Second
+	DefaultSSEWriteTimeout = 30 * time.Second
+)
+
+// SetSSEHeaders sets the SSE response headers. x-accel-buffering is part of the contract: without
+// it a buffering proxy holds the tokens back and hands the user a paragraph at a time.
+func SetSSEHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache, no-transform")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+}
+
+// ResumeError is a malformed resume offset.
+type ResumeError struct {
+	Source string // "Last-Event-ID" or "from"
+	Value  string
+}
+
+func (e *ResumeError) Error() string {
+	return fmt.Sprintf("%s %q is not a non-negative integer offset", e.Source, e.Value)
+}
+
+// ParseResume returns the join offset of a subscribe request: Last-Event-ID wins over from (a
+// reconnecting EventSource knows where it got to; the URL holds the original join point). Both
+// empty means 0. A value that is not a non-negative decimal integer is a *ResumeError: unlike the
+// seed's lenient parseInt ("12abc" read as 12), a malformed offset is refused, not guessed.
+// Values past the stream's length are clamped at the join.
+func ParseResume(lastEventID, from string) (Seq, error) {
+	src, raw := "Last-Event-ID", lastEventID
+	if raw == "" {
+		src, raw = "from", from
+	}
+	if raw == "" {
+		return 0, nil
+	}
+	if len(raw) > 20 {
+		return 0, &ResumeError{Source: src, Value: raw[:20] + "…"}
+	}
+	for _, c := range []byte(raw) {
+		if c < '0' || c > '9' {
+			return 0, &ResumeError{Source: src, Value: raw}
+		}
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return 0, &ResumeError{Source: src, Value: raw}
+	}
+	return Seq(n), nil
+}
+
+// ResumeFromRequest is ParseResume over a request's Last-Event-ID header and ?from= parameter.
+func ResumeFromRequest(r *http.Request) (Seq, error) {
+	return ParseResume(r.Header.Get("Last-Event-ID"), r.URL.Query().Get("from"))
+}
+
+// AppendSSE appends f as one SSE event: an id line with the frame's resume point (none for stale
+// and absent), then one data line with the frame JSON, which never contains a raw newline.
+func AppendSSE(dst []byte, f Frame) []byte {
+	if at, ok := f.ResumePoint(); ok {
+		dst = append(dst, "id: "...)
+		dst = strconv.AppendInt(dst, int64(at), 10)
+		dst = append(dst, '\n')
+	}
+	dst = append(dst, "data: "...)
+	dst = f.AppendJSON(dst)
+	return append(dst, '\n', '\n')
+}
+
+// SSEConfig configures WriteSSE.
+type SSEConfig struct {
+	// KeepAlive is the interval of the ": ping" comment that keeps intermediaries from reaping an
+	// idle connection. Defaults to DefaultKeepAlive.
+	KeepAlive time.Duration
+	// WriteTimeout bounds each event write, so a client that stopped reading releases the
+	// handler instead of holding it forever. Defaults to DefaultSSEWriteTimeout.
+	WriteTimeout time.Duration
+	// Clock drives the keep-alive. Nil means real time.
+	Clock Clock
+}
+
+// WriteSSE streams a subscription as an SSE response until its terminal frame, ctx's end or a
+// failed write, and closes the subscription. It is pull-based: a frame is taken only once the
+// previous one was written, so a slow client backs up in the subscription's bounded queue, where
+// it is dropped with stale, never in unbounded memory here. The server's WriteTimeout is lifted
+// for this response (an SSE response lives for minutes) and replaced by a per-write deadline.
+// Do authorization and lookups before calling it, while an error status is still possible.
+func WriteSSE(ctx context.Context, w http.ResponseWriter, sub *Subscription, cfg SSEConfig) error {
+	defer sub.Close()
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = DefaultKeepAlive
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultSSEWriteTimeout
+	}
+	clock := clockOrReal(cfg.Clock)
+	rc := http.NewResponseController(w)
+	write := func(b []byte) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		return nil
+	}
+	SetSSEHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+
+	ping := make(chan struct{}, 1)
+	var beat func()
+	var timer Timer
+	beat = func() {
+		select {
+		case ping <- struct{}{}:
+		default:
+		}
+	}
+	timer = clock.AfterFunc(cfg.KeepAlive, beat)
+	defer func() { timer.Stop() }()
+
+	buf := make([]byte, 0, 512)
+	for {
+		f, ok, end := sub.sub.poll()
+		if ok {
+			buf = AppendSSE(buf[:0], f)
+			if err := write(buf); err != nil {
+				return err
+			}
+			if f.Terminal() {
+				return nil
+			}
+			continue
+		}
+		if end {
+			return nil
+		}
+		select {
+		case <-sub.sub.notify:
+		case <-ping:
+			if err := write([]byte(": ping\n\n")); err != nil {
+				return err
+			}
+			timer = clock.AfterFunc(cfg.KeepAlive, beat)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package producer
+
+import (
+	"context"
+	"io"
+	"iter"
+	"sync"
+)
+
+// subscriber is one attached reader's bounded frame queue. The producer offers frames; the reader
+// pulls them. A reader that stops pulling fills its queue and is then dropped with stale rather
+// than pinning the producer's memory: it recovers by rejoining.
+//
+// Lock order: a LiveStream's mutex may be held while calling offer or finish, never the reverse;
+// close releases the subscriber's own mutex before it calls detach.
+type subscriber struct {
+	mu     sync.Mutex
+	queue  []Frame
+	head   int
+	done   bool // no more frames will be queued: a terminal is queued, or the reader closed
+	closed bool // the reader let go; Next returns io.EOF
+	cap    int
+	notify chan struct{} // one token: "the queue changed"
+	detach func(*subscriber)
+	idx    int // position in the owning LiveStream's subs slice
+}
+
+func newSubscriber(capacity int, detach func(*subscriber)) *subscriber {
+	return &subscriber{cap: capacity, notify: make(chan struct{}, 1), detach: detach, idx: -1}
+}
+
+func (s *subscriber) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// offer queues a frame. It returns false when the queue is full: the caller drops the reader.
+func (s *subscriber) offer(f Frame) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return true
+	}
+	if len(s.queue)-s.head >= s.cap {
+		return false
+	}
+	s.queue = append(s.queue, f)
+	s.wake()
+	return true
+}
+
+// finish queues a terminal frame past the cap (it is the last one) and ends the queue.
+func (s *subscriber) finish(f Frame) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return
+	}
+	s.queue = append(s.queue, f)
+	s.done = true
+	s.wake()
+}
+
+// poll takes the next frame without blocking. ok is false when none is queued; end is true when
+// none ever will be.
+func (s *subscriber) poll() (f Frame, ok, end bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Frame{}, false, true
+	}
+	if s.head < len(s.queue) {
+		f = s.queue[s.head]
+		s.queue[s.head] = Frame{}
+		s.head++
+		if s.head == len(s.queue) {
+			// Reuse the backing array: a steady reader queues and pulls without allocating.
+			s.queue = s.queue[:0]
+			s.head = 0
+		}
+		return f, true, false
+	}
+	return Frame{}, false, s.done
+}
+
+// close drops the queue and detaches the reader. Idempotent.
+func (s *subscriber) close() {
+	s.mu.Lock()
+	already := s.closed
+	s.closed = true
+	s.done = true
+	s.queue = nil
+	s.head = 0
+	s.mu.Unlock()
+	s.wake()
+	if !already && s.detach != nil {
+		s.detach(s)
+	}
+}
+
+// Subscription is one reader's view of a stream: an open frame, the replay from its join offset,
+// then the live tail, ending with exactly one of end, stale or absent. Pull frames with Next or
+// Frames; call Close when the reader goes away. A Subscription is meant for one reading goroutine;
+// Close may be called from any goroutine.
+type Subscription struct {
+	streamID string
+	sub      *subscriber
+}
+
+// StreamID is the stream this subscription reads.
+func (s *Subscription) StreamID() string { return s.streamID }
+
+// Next returns the next frame, waiting for it if need be. After the terminal frame, or after
+// Close, it returns io.EOF; when ctx ends first it returns the context's error.
+func (s *Subscription) Next(ctx context.Context) (Frame, error) {
+	for {
+		f, ok, end := s.sub.poll()
+		if ok {
+			return f, nil
+		}
+		if end {
+			return Frame{}, io.EOF
+		}
+		select {
+		case <-s.sub.notify:
+		case <-ctx.Done():
+			return Frame{}, context.Cause(ctx)
+		}
+	}
+}
+
+// Frames ranges over the subscription's frames until the terminal one. A context error is yielded
+// with an empty frame; breaking out of the loop closes the subscription.
+func (s *Subscription) Frames(ctx context.Context) iter.Seq2[Frame, error] {
+	return func(yield func(Frame, error) bool) {
+		defer s.Close()
+		for {
+			f, err := s.Next(ctx)
+			if err == io.EOF {
+				return
+			}
+			if !yield(f, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Close detaches the reader early (a disconnected client). Idempotent.
+func (s *Subscription) Close() { s.sub.close() }
+
+// oneFrame is a subscription that yields a single terminal frame.
+func oneFrame(streamID string, f Frame) *Subscription {
+	sub := newSubscriber(1, nil)
+	sub.finish(f)
+	return &Subscription{streamID: streamID, sub: sub}
+}
