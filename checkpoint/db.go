@@ -1,0 +1,55 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Statement is one SQL statement with its arguments.
+type Statement struct {
+	SQL  string
+	Args []any
+}
+
+// DB is the SQL surface the Store runs on. PoolDB implements it on a pgx pool; tests wrap it to
+// inject faults against the real server (fail before applying, commit then lose the reply, fail
+// read-backs, add latency, run a rival write first).
+type DB interface {
+	// Batch runs the statements as one transaction: all apply or none does. It reports no row
+	// counts; the Store's read-backs decide what happened.
+	Batch(ctx context.Context, stmts ...Statement) error
+	// QueryRow runs a query expected to return at most one row and scans it into dest. It
+	// returns pgx.ErrNoRows when there is none.
+	QueryRow(ctx context.Context, sql string, args []any, dest ...any) error
+}
+
+// PoolDB adapts a pgx pool to DB.
+func PoolDB(pool *pgxpool.Pool) DB { return poolDB{pool} }
+
+type poolDB struct{ pool *pgxpool.Pool }
+
+// Batch sends every statement as one pipeline closed by a single Sync. The extended protocol runs
+// everything up to a Sync as one implicit transaction, so the batch commits or rolls back whole
+// (TestBatchIsAtomic holds pgx to it) in one round trip, and a failure leaves the connection
+// idle for the pool rather than inside an aborted explicit transaction.
+func (d poolDB) Batch(ctx context.Context, stmts ...Statement) error {
+	b := &pgx.Batch{}
+	for _, s := range stmts {
+		b.Queue(s.SQL, s.Args...)
+	}
+	br := d.pool.SendBatch(ctx, b)
+	for i := range stmts {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("statement %d of %d: %w", i+1, len(stmts), err)
+		}
+	}
+	return br.Close()
+}
+
+func (d poolDB) QueryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	return d.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+}

@@ -1,0 +1,141 @@
+package checkpoint
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// Columns names the columns of the app's tables the plane reads and writes. An empty field takes
+// its default, except Cancel, Error and Host, which are opt-in by naming: the plane never emits
+// SQL against a column the app did not ask it to use.
+type Columns struct {
+	// Key is the message row's primary key, matched against the stream id. Defaults to "id".
+	Key string
+	// Body is the compacted text, empty at open. Defaults to "body".
+	Body string
+	// Status holds streaming, then a terminal status. Defaults to "status".
+	Status string
+	// Seq is the durable length, len16(body) plus the chunk lengths: the compare-and-swap
+	// column, which must be NOT NULL DEFAULT 0. Defaults to "seq".
+	Seq string
+	// Cancel, if named, is a boolean a reader sets to stop the generation; it is read on every
+	// checkpoint round trip. No default.
+	Cancel string
+	// Error, if named, records a failed generation's message (NULL otherwise). No default.
+	Error string
+	// Host, if named, records the producer's identity at open and turns the open guard into a
+	// true compare-and-swap; it also gives subscribe routing a column to read. No default.
+	Host string
+	// ChunkKey is the chunk primary key, written as "<streamId>:<seq>". Defaults to "id".
+	ChunkKey string
+	// ChunkStream references the message row. Defaults to "stream_id".
+	ChunkStream string
+	// ChunkSeq is the chunk's END offset, the ordering key. Defaults to "seq".
+	ChunkSeq string
+	// ChunkText is the chunk's slice of the text. Defaults to "text".
+	ChunkText string
+}
+
+// Tables locates the app's message table and the append-only chunk table. The app owns and
+// migrates both; the message row must exist (with seq 0) before a stream opens on it.
+//
+// Requirements on the message table: the key is unique; seq is an integer NOT NULL DEFAULT 0;
+// body is text; status accepts streaming, complete, cancelled, error and interrupted (a CHECK
+// that omits one turns a seal into an infrastructure failure); cancel is boolean-readable;
+// error is nullable text; host is text.
+type Tables struct {
+	// Message is the app's message table. Defaults to "messages".
+	Message string
+	// Chunks is the chunk table. Defaults to "message_chunks".
+	Chunks  string
+	Columns Columns
+}
+
+// DefaultTables is the mapping of the project's default schema (migrations/): every opt-in
+// column named, as DESIGN §5 lays it out.
+func DefaultTables() Tables {
+	return Tables{
+		Message: "messages",
+		Chunks:  "message_chunks",
+		Columns: Columns{Cancel: "cancel_requested", Error: "error", Host: "host"},
+	}
+}
+
+func (t Tables) resolve() Tables {
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&t.Message, "messages")
+	def(&t.Chunks, "message_chunks")
+	c := &t.Columns
+	def(&c.Key, "id")
+	def(&c.Body, "body")
+	def(&c.Status, "status")
+	def(&c.Seq, "seq")
+	def(&c.ChunkKey, "id")
+	def(&c.ChunkStream, "stream_id")
+	def(&c.ChunkSeq, "seq")
+	def(&c.ChunkText, "text")
+	return t
+}
+
+// validate refuses a name that would need escaping: a mapping is app configuration, and such a
+// name is a mistake worth failing loudly on.
+func (t Tables) validate() error {
+	c := t.Columns
+	for _, n := range []struct{ field, name string }{
+		{"Message", t.Message}, {"Chunks", t.Chunks},
+		{"Columns.Key", c.Key}, {"Columns.Body", c.Body}, {"Columns.Status", c.Status}, {"Columns.Seq", c.Seq},
+		{"Columns.Cancel", c.Cancel}, {"Columns.Error", c.Error}, {"Columns.Host", c.Host},
+		{"Columns.ChunkKey", c.ChunkKey}, {"Columns.ChunkStream", c.ChunkStream},
+		{"Columns.ChunkSeq", c.ChunkSeq}, {"Columns.ChunkText", c.ChunkText},
+	} {
+		if strings.ContainsAny(n.name, "\"\x00") {
+			return &ConfigError{Field: "Tables." + n.field, Reason: fmt.Sprintf("%q contains a double quote or NUL; rename it rather than escape it", n.name)}
+		}
+	}
+	return nil
+}
+
+// q quotes a validated identifier.
+func q(name string) string { return `"` + name + `"` }
+
+// ChunkID is a chunk row's deterministic key: a replayed checkpoint collides with itself and is
+// absorbed by ON CONFLICT DO NOTHING, idempotency with no dedup ledger. Split it at the LAST
+// colon to get the stream back (a stream id may contain colons).
+func ChunkID(streamID string, seq producer.Seq) string {
+	return fmt.Sprintf("%s:%d", streamID, seq)
+}
+
+// ParseChunkID splits a chunk key into its stream id and end offset.
+func ParseChunkID(id string) (streamID string, seq producer.Seq, err error) {
+	i := strings.LastIndexByte(id, ':')
+	if i < 0 {
+		return "", 0, fmt.Errorf("chunk id %q has no ':'", id)
+	}
+	var n int64
+	if _, err := fmt.Sscanf(id[i+1:], "%d", &n); err != nil || fmt.Sprint(n) != id[i+1:] {
+		return "", 0, fmt.Errorf("chunk id %q does not end in an offset", id)
+	}
+	return id[:i], producer.Seq(n), nil
+}
+
+// ChunkTableDDL is the chunk table's DDL for an app's own migration: the table and the index
+// on (stream, seq) that both the read path and compaction use. The message table is the app's.
+func ChunkTableDDL(t Tables) ([]string, error) {
+	t = t.resolve()
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	c := t.Columns
+	return []string{
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s text PRIMARY KEY, %s text NOT NULL REFERENCES %s (%s) ON DELETE CASCADE, %s bigint NOT NULL, %s text NOT NULL)",
+			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(t.Message), q(c.Key), q(c.ChunkSeq), q(c.ChunkText)),
+		fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s)",
+			q(t.Chunks+"_stream_seq"), q(t.Chunks), q(c.ChunkStream), q(c.ChunkSeq)),
+	}, nil
+}
