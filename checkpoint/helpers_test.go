@@ -1,0 +1,317 @@
+package checkpoint_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/internal/pgtest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+var errInjected = errors.New("injected fault")
+
+// faultDB wraps the real database with the faults a checkpoint must survive. Every fault is
+// injected around real statements on the real server: the store cannot tell it from the
+// network misbehaving.
+type faultDB struct {
+	inner checkpoint.DB
+
+	mu          sync.Mutex
+	failBatch   int             // the next N batches fail before applying
+	loseAck     int             // the next N batches commit, then report an error
+	failQuery   int             // the next N queries (read-backs) fail
+	down        bool            // every call fails until up
+	gate        chan struct{}   // when set, each batch waits for a token before applying
+	held        chan struct{}   // signalled when a batch starts waiting at the gate
+	beforeBatch func(context.Context) error
+	latency     time.Duration
+
+	batches atomic.Int64
+	queries atomic.Int64
+}
+
+func newFaultDB(inner checkpoint.DB) *faultDB {
+	return &faultDB{inner: inner, held: make(chan struct{}, 64)}
+}
+
+func (f *faultDB) Batch(ctx context.Context, stmts ...checkpoint.Statement) error {
+	f.batches.Add(1)
+	f.mu.Lock()
+	hook := f.beforeBatch
+	f.beforeBatch = nil
+	gate, down, latency := f.gate, f.down, f.latency
+	fail := f.failBatch > 0
+	if fail {
+		f.failBatch--
+	}
+	lose := !fail && !down && f.loseAck > 0
+	if lose {
+		f.loseAck--
+	}
+	f.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx); err != nil {
+			return err
+		}
+	}
+	if gate != nil {
+		f.held <- struct{}{}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if latency > 0 {
+		time.Sleep(latency)
+	}
+	if down || fail {
+		return fmt.Errorf("%w: batch refused before applying", errInjected)
+	}
+	err := f.inner.Batch(ctx, stmts...)
+	if err == nil && lose {
+		return fmt.Errorf("%w: the batch committed but its reply was lost", errInjected)
+	}
+	return err
+}
+
+func (f *faultDB) QueryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	f.queries.Add(1)
+	f.mu.Lock()
+	fail := f.down || f.failQuery > 0
+	if f.failQuery > 0 {
+		f.failQuery--
+	}
+	f.mu.Unlock()
+	if fail {
+		return fmt.Errorf("%w: read failed", errInjected)
+	}
+	return f.inner.QueryRow(ctx, sql, args, dest...)
+}
+
+func (f *faultDB) set(change func(f *faultDB)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f)
+}
+
+// bundle is one test's world: a fresh database, the fault wrapper, a Store and a Plane on a
+// manual clock, and signals for every checkpoint.
+type bundle struct {
+	db          *pgtest.DB
+	fdb         *faultDB
+	store       *checkpoint.Store
+	plane       *producer.Plane
+	clock       *clocktest.Clock
+	checkpoints chan producer.CheckpointInfo
+	failures    chan error
+}
+
+type setupOpts struct {
+	tables checkpoint.Tables
+	hostID string
+	config func(*producer.Config)
+}
+
+func withTables(t checkpoint.Tables) func(*setupOpts) {
+	return func(o *setupOpts) { o.tables = t }
+}
+
+func withConfig(f func(*producer.Config)) func(*setupOpts) {
+	return func(o *setupOpts) { o.config = f }
+}
+
+func setup(t testing.TB, opts ...func(*setupOpts)) *bundle {
+	t.Helper()
+	o := setupOpts{tables: checkpoint.DefaultTables()}
+	for _, f := range opts {
+		f(&o)
+	}
+	db := pgtest.NewDB(t)
+	fdb := newFaultDB(checkpoint.PoolDB(db.Pool))
+	store, err := checkpoint.New(checkpoint.Config{DB: fdb, Tables: o.tables, HostID: o.hostID})
+	require.NoError(t, err)
+	b := &bundle{
+		db:          db,
+		fdb:         fdb,
+		store:       store,
+		clock:       clocktest.New(),
+		checkpoints: make(chan producer.CheckpointInfo, 4096),
+		failures:    make(chan error, 4096),
+	}
+	cfg := producer.Config{
+		Committer:             store,
+		Authorize:             func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
+		CheckpointChars:       16,
+		RetryBackoff:          time.Millisecond,
+		Clock:                 b.clock,
+		OnCheckpointFunc:      func(info producer.CheckpointInfo) { b.checkpoints <- info },
+		OnCheckpointErrorFunc: func(err error, _ producer.CheckpointInfo) { b.failures <- err },
+	}
+	if o.config != nil {
+		o.config(&cfg)
+	}
+	b.plane, err = producer.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(b.plane.Close)
+	return b
+}
+
+func (b *bundle) insert(t testing.TB, id string) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), "INSERT INTO messages (id, owner) VALUES ($1, 'alice')", id)
+	require.NoError(t, err)
+}
+
+func (b *bundle) open(t testing.TB, id string) *producer.LiveStream {
+	t.Helper()
+	b.insert(t, id)
+	s, err := b.plane.Open(t.Context(), producer.OpenStreamInput{StreamID: id})
+	require.NoError(t, err)
+	return s
+}
+
+// row is what the store holds for a message.
+type row struct {
+	text   string // body, then the chunks in seq order
+	seq    producer.Seq
+	status string
+	err    *string
+	chunks int
+}
+
+// durable reads a message's durable text and checks the store's own invariants on the way: the
+// chunks are contiguous from the body's end, and the seq column is the text's length.
+func (b *bundle) durable(t testing.TB, id string) row {
+	t.Helper()
+	ctx := context.Background()
+	var r row
+	var body string
+	var seq int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT body, seq, status, error FROM messages WHERE id = $1", id).Scan(&body, &seq, &r.status, &r.err))
+	rows, err := b.db.Pool.Query(ctx, "SELECT id, seq, text FROM message_chunks WHERE stream_id = $1 ORDER BY seq", id)
+	require.NoError(t, err)
+	type chunk struct {
+		id   string
+		seq  int64
+		text string
+	}
+	chunks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (chunk, error) {
+		var c chunk
+		return c, r.Scan(&c.id, &c.seq, &c.text)
+	})
+	require.NoError(t, err)
+	r.text = body
+	at := producer.Len16(body)
+	for _, c := range chunks {
+		end := at + producer.Len16(c.text)
+		require.Equal(t, producer.Seq(c.seq), end, "chunk %s is not contiguous after %d", c.id, at)
+		require.Equal(t, checkpoint.ChunkID(id, end), c.id)
+		r.text += c.text
+		at = end
+	}
+	r.seq = producer.Seq(seq)
+	r.chunks = len(chunks)
+	require.Equal(t, at, r.seq, "the seq column disagrees with the stored text")
+	return r
+}
+
+func (b *bundle) waitCheckpoint(t testing.TB) producer.CheckpointInfo {
+	t.Helper()
+	select {
+	case info := <-b.checkpoints:
+		return info
+	case <-time.After(10 * time.Second):
+		t.Fatal("no checkpoint within 10s")
+	}
+	return producer.CheckpointInfo{}
+}
+
+func (b *bundle) waitFailure(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-b.failures:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("no checkpoint failure within 10s")
+	}
+	return nil
+}
+
+// waitHeld waits until a batch is parked at the gate.
+func (b *bundle) waitHeld(t testing.TB) {
+	t.Helper()
+	select {
+	case <-b.fdb.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch reached the gate within 10s")
+	}
+}
+
+// collect reads a subscription to its end.
+func collect(t testing.TB, sub *producer.Subscription) []producer.Frame {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []producer.Frame
+	for {
+		f, err := sub.Next(ctx)
+		if err == io.EOF {
+			return out
+		}
+		require.NoError(t, err, "after %d frames", len(out))
+		out = append(out, f)
+	}
+}
+
+// replay checks a subscription's frames against the wire contract and applies them to held, the
+// text the reader had at its join. It returns the reader's final text and its terminal frame.
+func replay(t testing.TB, held string, frames []producer.Frame) (string, producer.Frame) {
+	t.Helper()
+	require.NotEmpty(t, frames)
+	last := frames[len(frames)-1]
+	require.True(t, last.Terminal(), "the last frame is %s, not a terminal", last.Type)
+	for _, f := range frames[:len(frames)-1] {
+		require.False(t, f.Terminal(), "a terminal frame before the last")
+	}
+	if frames[0].Type != producer.FrameOpen {
+		require.Len(t, frames, 1, "a subscription without open is a single stale or absent")
+		return held, last
+	}
+	open := frames[0]
+	require.LessOrEqual(t, open.From, producer.Len16(held), "open past what the reader holds")
+	text := producer.Slice16(held, 0, open.From)
+	pos := open.From
+	durable := producer.Seq(0)
+	for _, f := range frames[1:] {
+		switch f.Type {
+		case producer.FrameChunk:
+			require.Equal(t, pos, f.From, "chunk does not continue the delivered prefix")
+			require.Equal(t, f.Seq-f.From, producer.Len16(f.Text), "chunk text does not span its offsets")
+			var err error
+			text, err = producer.Splice(text, f)
+			require.NoError(t, err)
+			pos = f.Seq
+		case producer.FrameDurable:
+			require.GreaterOrEqual(t, f.Seq, durable, "durable went backwards")
+			require.LessOrEqual(t, f.Seq, pos, "durable claims more than was delivered")
+			durable = f.Seq
+		case producer.FrameEnd:
+			require.LessOrEqual(t, f.Seq, pos, "end claims more than was delivered")
+		case producer.FrameOpen:
+			t.Fatalf("a second open")
+		}
+	}
+	return text, last
+}
