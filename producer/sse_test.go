@@ -1,0 +1,284 @@
+package producer_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+func TestAppendSSE(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		frame producer.Frame
+		want  string
+	}{
+		{producer.Frame{Type: producer.FrameOpen, StreamID: "m", From: 0, Seq: 3}, "id: 0\ndata: {\"type\":\"open\",\"streamId\":\"m\",\"from\":0,\"seq\":3,\"durableSeq\":0,\"ended\":false}\n\n"},
+		{chunk(3, 5, "a\nb"), "id: 5\ndata: {\"type\":\"chunk\",\"from\":3,\"seq\":5,\"text\":\"a\\nb\"}\n\n"},
+		{durable(4), "id: 4\ndata: {\"type\":\"durable\",\"seq\":4}\n\n"},
+		{end(5), "id: 5\ndata: {\"type\":\"end\",\"seq\":5,\"status\":\"complete\"}\n\n"},
+		{stale(1, 2), "data: {\"type\":\"stale\",\"floorSeq\":1,\"durableSeq\":2}\n\n"},
+		{producer.Frame{Type: producer.FrameAbsent}, "data: {\"type\":\"absent\"}\n\n"},
+	} {
+		require.Equal(t, tc.want, string(producer.AppendSSE(nil, tc.frame)))
+	}
+}
+
+func TestParseResume(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, lastEventID, from string
+		want                    producer.Seq
+		err                     string
+	}{
+		{"Neither", "", "", 0, ""},
+		{"FromOnly", "", "12", 12, ""},
+		{"LastEventIDWins", "40", "12", 40, ""},
+		{"LastEventIDZero", "0", "12", 0, ""},
+		{"MalformedFrom", "", "12abc", 0, `from "12abc"`},
+		{"NegativeFrom", "", "-3", 0, `from "-3"`},
+		{"FractionalFrom", "", "1.5", 0, `from "1.5"`},
+		{"MalformedLastEventID", "x", "12", 0, `Last-Event-ID "x"`},
+		{"Overflow", "", "99999999999999999999", 0, "from"},
+		{"Huge", "", strings.Repeat("9", 100), 0, "from"},
+		{"Spaces", "", " 5", 0, "from"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := producer.ParseResume(tc.lastEventID, tc.from)
+			if tc.err != "" {
+				var re *producer.ResumeError
+				require.ErrorAs(t, err, &re)
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// sseEvent is one parsed SSE event, or a comment.
+type sseEvent struct {
+	id      string
+	hasID   bool
+	data    string
+	comment string
+}
+
+func readEvent(r *bufio.Reader) (sseEvent, error) {
+	var ev sseEvent
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return ev, err
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			return ev, nil
+		case strings.HasPrefix(line, ":"):
+			ev.comment = line
+		case strings.HasPrefix(line, "id: "):
+			ev.id, ev.hasID = strings.TrimPrefix(line, "id: "), true
+		case strings.HasPrefix(line, "data: "):
+			if ev.data != "" {
+				return ev, errors.New("two data lines in one event: a raw newline escaped the JSON")
+			}
+			ev.data = strings.TrimPrefix(line, "data: ")
+		default:
+			return ev, fmt.Errorf("unexpected SSE line %q", line)
+		}
+	}
+}
+
+// sseServer serves a plane's streams the way httpapi will: parse the resume point, subscribe,
+// write SSE.
+func sseServer(t *testing.T, plane *producer.Plane, cfg producer.SSEConfig) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from, err := producer.ResumeFromRequest(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		sub, err := plane.Subscribe(r.Context(), producer.SubscribeInput{StreamID: r.URL.Query().Get("id"), From: from})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		_ = producer.WriteSSE(r.Context(), w, sub, cfg)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url, lastEventID string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+func TestSSEHeadersKeepAliveAndIDs(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	s := w.open(t, "m")
+	require.NoError(t, s.Push("hi"))
+	keepAlive := clocktest.New()
+	srv := sseServer(t, w.plane, producer.SSEConfig{Clock: keepAlive})
+	resp := get(t, srv.URL+"?id=m&from=1", "")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream; charset=utf-8", resp.Header.Get("Content-Type"))
+	require.Equal(t, "no-cache, no-transform", resp.Header.Get("Cache-Control"))
+	require.Equal(t, "no", resp.Header.Get("X-Accel-Buffering"))
+	r := bufio.NewReader(resp.Body)
+	ev, err := readEvent(r)
+	require.NoError(t, err)
+	require.Equal(t, "1", ev.id, "open's id is its from, even at a small offset")
+	ev, err = readEvent(r)
+	require.NoError(t, err)
+	require.Equal(t, "2", ev.id)
+	require.JSONEq(t, `{"type":"chunk","from":1,"seq":2,"text":"i"}`, ev.data)
+	// Idle: the keep-alive comment, on the clock's cadence.
+	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
+	keepAlive.Advance(producer.DefaultKeepAlive)
+	ev, err = readEvent(r)
+	require.NoError(t, err)
+	require.Equal(t, ": ping", ev.comment)
+	require.NoError(t, s.Close(t.Context()))
+	for {
+		ev, err = readEvent(r)
+		require.NoError(t, err)
+		var f producer.Frame
+		require.NoError(t, json.Unmarshal([]byte(ev.data), &f))
+		if f.Type == producer.FrameEnd {
+			require.Equal(t, "2", ev.id)
+			break
+		}
+	}
+	_, err = readEvent(r)
+	require.ErrorIs(t, err, io.EOF, "the response ends after end")
+}
+
+func TestSSEBadResumeIs400(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	srv := sseServer(t, w.plane, producer.SSEConfig{})
+	resp := get(t, srv.URL+"?id=m&from=-1", "")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+// TestSSEReconnectsWithLastEventIDKeepSplice drops the connection at random points while the
+// answer streams, and reconnects the way EventSource does: with the last id seen.
+func TestSSEReconnectsWithLastEventIDKeepSplice(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 7 })
+	s := w.open(t, "m")
+	srv := sseServer(t, w.plane, producer.SSEConfig{})
+	var produced strings.Builder
+	rng := rand.New(rand.NewPCG(1, 2))
+	pushed := 0
+	// push produces up to n more deltas and seals the stream after the 400th, so production
+	// interleaves with reading deterministically: some deltas land between connections (the
+	// replay serves them), some while a connection is open (the live tail does).
+	push := func(n int) {
+		for ; n > 0 && pushed < 400; n-- {
+			d := fmt.Sprintf("tok%d😀 ", pushed)
+			produced.WriteString(d)
+			require.NoError(t, s.Push(d))
+			pushed++
+		}
+		if pushed == 400 {
+			pushed++
+			require.NoError(t, s.Close(t.Context()))
+		}
+	}
+	text, lastID := "", ""
+	reconnects := 0
+	for ended := false; !ended; reconnects++ {
+		push(rng.IntN(10))
+		resp := get(t, srv.URL+"?id=m", lastID)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		r := bufio.NewReader(resp.Body)
+		budget := 2 + rng.IntN(6)
+		for i := range budget {
+			if i == 1 {
+				push(3 + rng.IntN(8)) // enough frames that the rest of the budget never waits forever
+			}
+			ev, err := readEvent(r)
+			require.NoError(t, err)
+			var f producer.Frame
+			require.NoError(t, json.Unmarshal([]byte(ev.data), &f))
+			if at, ok := f.ResumePoint(); ok {
+				require.Equal(t, strconv.FormatInt(int64(at), 10), ev.id)
+				lastID = ev.id
+			} else {
+				require.False(t, ev.hasID, "no id on %s", f.Type)
+			}
+			if f.Type == producer.FrameOpen {
+				text = producer.Slice16(text, 0, f.From)
+			}
+			text, err = producer.Splice(text, f)
+			require.NoError(t, err)
+			if f.Type == producer.FrameEnd {
+				ended = true
+				break
+			}
+			require.NotEqual(t, producer.FrameStale, f.Type)
+			require.NotEqual(t, producer.FrameAbsent, f.Type)
+		}
+		resp.Body.Close()
+	}
+	require.Equal(t, produced.String(), text)
+	require.Greater(t, reconnects, 20)
+}
+
+// TestSSESlowClientIsDroppedWithStale stops reading while the producer keeps writing: the
+// socket fills, the handler blocks in Write, the subscriber's bounded queue overflows, and the
+// client, once it reads again, finds stale at the end instead of an unbounded backlog.
+func TestSSESlowClientIsDroppedWithStale(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.MaxQueuedFrames = 4; c.CheckpointChars = 1 << 30 })
+	s := w.open(t, "m")
+	srv := sseServer(t, w.plane, producer.SSEConfig{})
+	resp := get(t, srv.URL+"?id=m", "")
+	defer resp.Body.Close()
+	big := strings.Repeat("x", 64<<10)
+	for range 400 { // 25 MiB: more than any loopback socket buffers
+		require.NoError(t, s.Push(big))
+	}
+	r := bufio.NewReader(resp.Body)
+	var last producer.Frame
+	frames := 0
+	for {
+		ev, err := readEvent(r)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal([]byte(ev.data), &last))
+		frames++
+		if last.Terminal() {
+			break
+		}
+	}
+	require.Equal(t, producer.FrameStale, last.Type)
+	require.Less(t, frames, 400, "the backlog was bounded, not delivered whole")
+}
