@@ -198,7 +198,7 @@ func FuzzFrameJSON(f *testing.F) {
 		require.NoError(t, json.Unmarshal(data, &back))
 		require.Equal(t, fr, back)
 		if fr.Type == producer.FrameEnd && fr.Error == "" {
-			require.NotContains(t, string(data), `"error"`)
+			require.NotContains(t, string(data), `"error":`)
 		}
 		ev := string(producer.AppendSSE(nil, fr))
 		lines := strings.Split(strings.TrimSuffix(ev, "\n\n"), "\n")
