@@ -209,7 +209,7 @@ func FuzzFrameJSON(f *testing.F) {
 		} else {
 			require.Len(t, lines, 1)
 		}
-		require.Equal(t, "data: "+string(data), lines[len(lines)-1])
+		require.Equal(t, "data: "+string(fr.AppendJSON(nil)), lines[len(lines)-1])
 	})
 }
 
