@@ -100,6 +100,14 @@ func (f *faultDB) QueryRow(ctx context.Context, sql string, args []any, dest ...
 	return f.inner.QueryRow(ctx, sql, args, dest...)
 }
 
+// reset clears every fault.
+func (f *faultDB) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failBatch, f.loseAck, f.failQuery, f.down = 0, 0, 0, false
+	f.gate, f.beforeBatch, f.latency = nil, nil, 0
+}
+
 func (f *faultDB) set(change func(f *faultDB)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -199,17 +207,27 @@ func (b *bundle) durable(t testing.TB, id string) row {
 	var r row
 	var body string
 	var seq int64
-	require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT body, seq, status, error FROM messages WHERE id = $1", id).Scan(&body, &seq, &r.status, &r.err))
-	rows, err := b.db.Pool.Query(ctx, "SELECT id, seq, text FROM message_chunks WHERE stream_id = $1 ORDER BY seq", id)
-	require.NoError(t, err)
 	type chunk struct {
 		id   string
 		seq  int64
 		text string
 	}
-	chunks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (chunk, error) {
-		var c chunk
-		return c, r.Scan(&c.id, &c.seq, &c.text)
+	var chunks []chunk
+	// One snapshot for both reads: a compaction committing between them would otherwise look
+	// like lost text.
+	err := pgx.BeginTxFunc(ctx, b.db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, "SELECT body, seq, status, error FROM messages WHERE id = $1", id).Scan(&body, &seq, &r.status, &r.err); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, "SELECT id, seq, text FROM message_chunks WHERE stream_id = $1 ORDER BY seq", id)
+		if err != nil {
+			return err
+		}
+		chunks, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (chunk, error) {
+			var c chunk
+			return c, r.Scan(&c.id, &c.seq, &c.text)
+		})
+		return err
 	})
 	require.NoError(t, err)
 	r.text = body

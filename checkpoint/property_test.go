@@ -1,0 +1,250 @@
+package checkpoint_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// TestRandomSchedules drives random interleavings of push, tick, flush, subscribe, read,
+// reader close, injected store faults, reader cancel and seal against real Postgres. After every
+// step it checks P on the store and honesty of the plane; at quiescence it checks every reader's
+// frames and S.
+func TestRandomSchedules(t *testing.T) {
+	t.Parallel()
+	runs := 200
+	if testing.Short() {
+		runs = 40
+	}
+	b := setup(t)
+	var st scheduleStats
+	for run := range runs {
+		runSchedule(t, b, uint64(run), &st)
+	}
+	t.Logf("%d runs, %d steps: %d readers ended, %d dropped stale; %d seals failed; %d flushes failed; %d checkpoint failures",
+		runs, st.steps, st.ends, st.stales, st.failedSeals, st.failedFlushes, st.checkpointFailures.Load())
+	// The schedules must actually reach the interesting cases, or they prove little.
+	require.Positive(t, st.stales)
+	require.Positive(t, st.failedSeals)
+	require.Positive(t, st.failedFlushes)
+	require.Positive(t, st.ends)
+}
+
+// scheduleStats counts what the schedules exercised.
+type scheduleStats struct {
+	steps, ends, stales, failedSeals, failedFlushes int
+	checkpointFailures                              atomic.Int64
+}
+
+type schedReader struct {
+	held   string // what the reader had at its join: a prefix of the produced text
+	sub    *producer.Subscription
+	frames []producer.Frame
+	closed bool
+}
+
+// poll takes whatever frames are queued, without waiting.
+func (r *schedReader) poll(t *testing.T, max int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range max {
+		f, err := r.sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		r.frames = append(r.frames, f)
+	}
+}
+
+func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	id := fmt.Sprintf("run%d", seed)
+	clock := clocktest.New()
+	plane, err := producer.New(producer.Config{
+		Committer:             b.store,
+		Authorize:             func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
+		CheckpointChars:       1 + rng.IntN(24),
+		CheckpointRetries:     rng.IntN(3),
+		RetryBackoff:          time.Millisecond,
+		MaxQueuedFrames:       4 + rng.IntN(40),
+		Clock:                 clock,
+		OnCheckpointErrorFunc: func(error, producer.CheckpointInfo) { st.checkpointFailures.Add(1) },
+	})
+	require.NoError(t, err)
+	defer plane.Close()
+	b.fdb.reset()
+	b.insert(t, id)
+	s, err := plane.Open(t.Context(), producer.OpenStreamInput{StreamID: id})
+	require.NoError(t, err)
+
+	alphabet := []string{"a", "b", " ", "é", "日", "😀", "👋🏽", "e\u0301", "\n"}
+	var produced strings.Builder
+	var readers []*schedReader
+	type flushResult struct {
+		at  producer.Seq
+		got producer.Seq
+		err error
+	}
+	flushes := make(chan flushResult, 256)
+	pendingFlushes := 0
+	sealed := false
+	var sealErr error
+	var lastDB, lastPlane producer.Seq
+
+	checkP := func(step int, op string) {
+		t.Helper()
+		planeDurable := s.DurableSeq()
+		r := b.durable(t, id)
+		text := produced.String()
+		require.True(t, strings.HasPrefix(text, r.text), "seed %d step %d (%s): P broken: the store's text is not a prefix of the produced text", seed, step, op)
+		require.GreaterOrEqual(t, r.seq, lastDB, "seed %d step %d (%s): the store's length went backwards", seed, step, op)
+		require.GreaterOrEqual(t, planeDurable, lastPlane, "seed %d step %d (%s): durableSeq went backwards", seed, step, op)
+		require.LessOrEqual(t, planeDurable, s.Seq(), "seed %d step %d (%s): durableSeq past seq", seed, step, op)
+		require.LessOrEqual(t, planeDurable, r.seq, "seed %d step %d (%s): the plane claims more than the store holds", seed, step, op)
+		lastDB, lastPlane = r.seq, planeDurable
+	}
+
+	steps := 30 + rng.IntN(50)
+	st.steps += steps
+	for step := range steps {
+		op := ""
+		switch k := rng.IntN(100); {
+		case k < 35:
+			op = "push"
+			var d strings.Builder
+			for range 1 + rng.IntN(6) {
+				d.WriteString(alphabet[rng.IntN(len(alphabet))])
+			}
+			err := s.Push(d.String())
+			if sealed {
+				require.ErrorIs(t, err, producer.ErrClosed)
+			} else {
+				require.NoError(t, err)
+				produced.WriteString(d.String())
+			}
+		case k < 45:
+			op = "tick"
+			clock.Advance(producer.DefaultCheckpointInterval)
+		case k < 52:
+			op = "flush"
+			at := s.Seq()
+			pendingFlushes++
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				got, err := s.Flush(ctx)
+				flushes <- flushResult{at: at, got: got, err: err}
+			}()
+		case k < 62:
+			op = "subscribe"
+			text := produced.String()
+			from := producer.Seq(rng.IntN(int(producer.Len16(text)) + 3))
+			sub, err := plane.Subscribe(t.Context(), producer.SubscribeInput{StreamID: id, From: from})
+			require.NoError(t, err)
+			readers = append(readers, &schedReader{held: producer.Slice16(text, 0, from), sub: sub})
+		case k < 77:
+			op = "read"
+			if len(readers) > 0 {
+				readers[rng.IntN(len(readers))].poll(t, 1+rng.IntN(8))
+			}
+		case k < 80:
+			op = "close-reader"
+			if len(readers) > 0 {
+				r := readers[rng.IntN(len(readers))]
+				r.sub.Close()
+				r.closed = true
+			}
+		case k < 90:
+			op = "fault"
+			switch rng.IntN(5) {
+			case 0:
+				b.fdb.set(func(f *faultDB) { f.failBatch++ })
+			case 1:
+				b.fdb.set(func(f *faultDB) { f.loseAck++ })
+			case 2:
+				b.fdb.set(func(f *faultDB) { f.failQuery++ })
+			case 3:
+				b.fdb.set(func(f *faultDB) { f.down = true })
+			case 4:
+				b.fdb.set(func(f *faultDB) { f.down = false })
+			}
+		case k < 93:
+			op = "cancel"
+			_, err := b.db.Pool.Exec(t.Context(), "UPDATE messages SET cancel_requested = true WHERE id = $1", id)
+			require.NoError(t, err)
+		default:
+			op = "seal"
+			if !sealed {
+				sealed = true
+				sealErr = s.Close(t.Context())
+			}
+		}
+		checkP(step, op)
+	}
+
+	// Quiescence: the store comes back, every flush answers, the stream seals.
+	b.fdb.reset()
+	if !sealed {
+		sealErr = s.Close(t.Context())
+		require.NoError(t, sealErr, "seed %d: the final seal with a healthy store", seed)
+	}
+	checkP(steps, "quiescence")
+	for range pendingFlushes {
+		r := <-flushes
+		if r.err != nil {
+			st.failedFlushes++
+		}
+		if r.err == nil {
+			require.GreaterOrEqual(t, r.got, r.at, "seed %d: a flush resolved short of its offset", seed)
+			require.LessOrEqual(t, r.got, lastDB, "seed %d: a flush claimed more than the store holds", seed)
+		} else {
+			require.ErrorIs(t, r.err, producer.ErrNotDurable, "seed %d", seed)
+		}
+	}
+	text := produced.String()
+	final := b.durable(t, id)
+	if sealErr == nil {
+		require.Equal(t, text, final.text, "seed %d: a successful seal holds the whole text", seed)
+		require.Contains(t, []string{"complete", "cancelled"}, final.status)
+		require.Zero(t, final.chunks)
+	} else {
+		st.failedSeals++
+		require.ErrorIs(t, sealErr, producer.ErrNotDurable)
+		// Either the seal never landed (the row stays streaming, a prefix, for the sweeper), or
+		// it landed and every reply was lost: unconfirmed is then an understatement, never a lie.
+		if final.status != "streaming" {
+			require.Equal(t, text, final.text, "seed %d: a compacted row holds the whole text", seed)
+		}
+	}
+	for i, r := range readers {
+		if r.closed {
+			continue
+		}
+		r.frames = append(r.frames, collect(t, r.sub)...)
+		got, last := replay(t, r.held, r.frames)
+		require.True(t, strings.HasPrefix(text, got), "seed %d reader %d: delivered text is not a prefix of the produced text", seed, i)
+		switch last.Type {
+		case producer.FrameEnd:
+			st.ends++
+			require.Equal(t, text, got, "seed %d reader %d: S broken", seed, i)
+			require.LessOrEqual(t, last.Seq, final.seq, "seed %d reader %d: end claims more than the store holds", seed, i)
+			if sealErr == nil {
+				require.Equal(t, producer.Len16(text), last.Seq)
+			}
+		case producer.FrameStale:
+			st.stales++
+			// Dropped: the reader falls back to the durable plane, which P keeps a prefix.
+		default:
+			t.Fatalf("seed %d reader %d: ended with %s", seed, i, last.Type)
+		}
+	}
+}
