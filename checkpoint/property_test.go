@@ -165,7 +165,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			}
 		case k < 90:
 			op = "fault"
-			switch rng.IntN(5) {
+			switch rng.IntN(6) {
 			case 0:
 				b.fdb.set(func(f *faultDB) { f.failBatch++ })
 			case 1:
@@ -176,6 +176,10 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 				b.fdb.set(func(f *faultDB) { f.down = true })
 			case 4:
 				b.fdb.set(func(f *faultDB) { f.down = false })
+			case 5:
+				// A blind lost ack: the append lands, and neither the store's read-back nor the
+				// plane's resync can see it, so the next slice starts from a stale offset.
+				b.fdb.set(func(f *faultDB) { f.loseAck++; f.failQuery += 2 })
 			}
 		case k < 93:
 			op = "cancel"
