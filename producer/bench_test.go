@@ -1,0 +1,107 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// benchPlane is a plane whose checkpoints never fire during the benchmark (a huge threshold and
+// a manual clock that never moves), so the figures are the live plane's alone.
+func benchPlane(b *testing.B, queue int) (*producer.Plane, *producer.LiveStream) {
+	b.Helper()
+	store := newMemStore()
+	plane, err := producer.New(producer.Config{
+		Committer:       producer.CommitFunc(store.commit),
+		Authorize:       allow,
+		CheckpointChars: 1 << 40,
+		RetainChars:     1 << 40,
+		MaxQueuedFrames: queue,
+		Clock:           newStoppedClock(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(plane.Close)
+	s, err := plane.Open(context.Background(), producer.OpenStreamInput{StreamID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return plane, s
+}
+
+// stoppedClock never fires: cadence is out of the picture.
+type stoppedClock struct{}
+
+func newStoppedClock() stoppedClock { return stoppedClock{} }
+
+func (stoppedClock) Now() time.Time { return time.Unix(0, 0) }
+
+func (stoppedClock) AfterFunc(time.Duration, func()) producer.Timer { return stoppedTimer{} }
+
+type stoppedTimer struct{}
+
+func (stoppedTimer) Stop() bool { return true }
+
+// BenchmarkPush is a 4-character delta pushed with no readers attached.
+func BenchmarkPush(b *testing.B) {
+	_, s := benchPlane(b, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Push("tok "); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/push")
+}
+
+// BenchmarkFanout pushes a 4-character delta to K attached readers, each of which takes its
+// frame. ns/frame and allocs/op (per push) are the figures; allocations must not grow with K.
+func BenchmarkFanout(b *testing.B) {
+	for _, k := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			plane, s := benchPlane(b, 1<<20)
+			subs := make([]*producer.Subscription, k)
+			ctx := context.Background()
+			for i := range subs {
+				sub, err := plane.Subscribe(ctx, producer.SubscribeInput{StreamID: "bench"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := sub.Next(ctx); err != nil { // the open frame
+					b.Fatal(err)
+				}
+				subs[i] = sub
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Push("tok "); err != nil {
+					b.Fatal(err)
+				}
+				for _, sub := range subs {
+					f, err := sub.Next(ctx)
+					if err != nil || f.Type != producer.FrameChunk {
+						b.Fatalf("frame %v, err %v", f.Type, err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*k), "ns/frame")
+		})
+	}
+}
+
+// BenchmarkEncodeSSE is the per-frame cost of the SSE wire encoding.
+func BenchmarkEncodeSSE(b *testing.B) {
+	f := producer.Frame{Type: producer.FrameChunk, From: 1000, Seq: 1004, Text: "tok😀"}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = producer.AppendSSE(buf[:0], f)
+		if len(buf) == 0 {
+			b.Fatal("empty")
+		}
+	}
+}
