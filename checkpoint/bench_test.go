@@ -41,8 +41,9 @@ func runLoad(b *testing.B, streams int, answer time.Duration) {
 		b.Fatal(err)
 	}
 	var mu sync.Mutex
-	var lags []time.Duration
-	var appends, seals, appendUnits, sentBytes atomic.Int64
+	var lags, durations []time.Duration
+	var appends, seals, appendUnits atomic.Int64
+	var bodyBytes int64
 	var failures atomic.Int64
 	plane, err := producer.New(producer.Config{
 		Committer: store,
@@ -56,6 +57,7 @@ func runLoad(b *testing.B, streams int, answer time.Duration) {
 			appendUnits.Add(int64(info.Seq - info.From)) // ASCII deltas: units are bytes
 			mu.Lock()
 			lags = append(lags, info.Lag)
+			durations = append(durations, info.Duration)
 			mu.Unlock()
 		},
 		OnCheckpointErrorFunc: func(error, producer.CheckpointInfo) { failures.Add(1) },
@@ -117,7 +119,7 @@ func runLoad(b *testing.B, streams int, answer time.Duration) {
 		b.Fatal(err)
 	}
 	// What the plane sent: every chunk's text, plus each compacted body once.
-	if err := db.Pool.QueryRow(ctx, "SELECT coalesce(sum(octet_length(body)), 0) FROM messages").Scan(&sentBytes); err != nil {
+	if err := db.Pool.QueryRow(ctx, "SELECT coalesce(sum(octet_length(body)), 0) FROM messages").Scan(&bodyBytes); err != nil {
 		b.Fatal(err)
 	}
 	produced := int64(pushes) * int64(len(delta)) * int64(streams)
@@ -125,14 +127,18 @@ func runLoad(b *testing.B, streams int, answer time.Duration) {
 	mu.Lock()
 	slices.Sort(lags)
 	p50, p99 := pct(lags, 0.50), pct(lags, 0.99)
+	slices.Sort(durations)
+	c50, c99 := pct(durations, 0.50), pct(durations, 0.99)
 	mu.Unlock()
 	streamSeconds := float64(streams) * elapsed.Seconds()
 	b.ReportMetric(float64(pushes*streams)/elapsed.Seconds(), "deltas/s")
 	b.ReportMetric(float64(p50.Microseconds())/1000, "lag-p50-ms")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "lag-p99-ms")
+	b.ReportMetric(float64(c50.Microseconds())/1000, "commit-p50-ms")
+	b.ReportMetric(float64(c99.Microseconds())/1000, "commit-p99-ms")
 	b.ReportMetric(float64(appends.Load()+seals.Load())/streamSeconds, "tx/stream-s")
 	b.ReportMetric(float64(walBytes)/float64(produced), "wal-bytes/byte")
-	b.ReportMetric(float64(chunkBytes+sentBytes.Load())/float64(produced), "sent-bytes/byte")
+	b.ReportMetric(float64(chunkBytes+bodyBytes)/float64(produced), "sent-bytes/byte")
 	if f := failures.Load(); f > 0 {
 		b.ReportMetric(float64(f), "failed-checkpoints")
 	}
