@@ -28,12 +28,12 @@ type faultDB struct {
 	inner checkpoint.DB
 
 	mu          sync.Mutex
-	failBatch   int             // the next N batches fail before applying
-	loseAck     int             // the next N batches commit, then report an error
-	failQuery   int             // the next N queries (read-backs) fail
-	down        bool            // every call fails until up
-	gate        chan struct{}   // when set, each batch waits for a token before applying
-	held        chan struct{}   // signalled when a batch starts waiting at the gate
+	failBatch   int           // the next N batches fail before applying
+	loseAck     int           // the next N batches commit, then report an error
+	failQuery   int           // the next N queries (read-backs) fail
+	down        bool          // every call fails until up
+	gate        chan struct{} // when set, each batch waits for a token before applying
+	held        chan struct{} // signalled when a batch starts waiting at the gate
 	beforeBatch func(context.Context) error
 	latency     time.Duration
 

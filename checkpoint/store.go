@@ -17,7 +17,9 @@ type ConfigError struct {
 	Reason string
 }
 
-func (e *ConfigError) Error() string { return fmt.Sprintf("checkpoint: Config.%s: %s", e.Field, e.Reason) }
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("checkpoint: Config.%s: %s", e.Field, e.Reason)
+}
 
 // Config configures a Store.
 type Config struct {

@@ -74,4 +74,6 @@ type ConfigError struct {
 	Reason string
 }
 
-func (e *ConfigError) Error() string { return fmt.Sprintf("producer: Config.%s: %s", e.Field, e.Reason) }
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("producer: Config.%s: %s", e.Field, e.Reason)
+}

@@ -18,21 +18,14 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"net/url"
-	"os/exec"
-	"os/user"
-	"path/filepath"
+	"os"
 	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/rindle-sh/rindle-go/internal/pgcluster"
 	"github.com/rindle-sh/rindle-go/migrations"
 )
 
@@ -50,12 +44,8 @@ const EnvURL = "RINDLE_TEST_DATABASE_URL"
 type Cluster struct {
 	// AdminURL connects to the maintenance database as a superuser.
 	AdminURL string
-	// Dir holds the data directory and the socket; empty for an external server.
-	Dir      string
+	local    *pgcluster.Cluster // nil for an external server
 	template string
-	pgCtl    string
-	runAs    *syscall.Credential
-	data     string
 
 	mu      sync.Mutex // serializes CREATE DATABASE ... TEMPLATE
 	counter atomic.Int64
@@ -105,8 +95,17 @@ func Start(durable bool) (*Cluster, error) {
 	c := &Cluster{}
 	if url := os.Getenv(EnvURL); url != "" {
 		c.AdminURL = url
-	} else if err := c.startLocal(ctx, durable); err != nil {
-		return nil, err
+	} else {
+		dir, err := os.MkdirTemp("", "rindle-pg-")
+		if err != nil {
+			return nil, err
+		}
+		c.local, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Durable: durable, Ephemeral: true})
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		c.AdminURL = c.local.URL
 	}
 	c.template = fmt.Sprintf("rindle_template_%d", os.Getpid())
 	admin, err := pgx.Connect(ctx, c.AdminURL)
@@ -136,113 +135,22 @@ func Start(durable bool) (*Cluster, error) {
 	return c, nil
 }
 
-// Binary finds a PostgreSQL server program: on PATH, else in the newest
-// /usr/lib/postgresql/*/bin (where Debian's packages put them, off PATH).
-func Binary(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
-	for _, d := range dirs {
-		p := filepath.Join(d, name)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found on PATH or in /usr/lib/postgresql/*/bin: install PostgreSQL (Debian: apt-get install -y postgresql) or set %s", name, EnvURL)
-}
-
-func versionOf(binDir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return v
-}
-
-func (c *Cluster) startLocal(ctx context.Context, durable bool) error {
-	initdb, err := Binary("initdb")
-	if err != nil {
-		return err
-	}
-	if c.pgCtl, err = Binary("pg_ctl"); err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "rindle-pg-")
-	if err != nil {
-		return err
-	}
-	c.Dir = dir
-	c.data = filepath.Join(dir, "data")
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return fmt.Errorf("running as root, PostgreSQL must run as another user, and there is no postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		c.runAs = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return err
-		}
-	}
-	if out, err := c.command(ctx, initdb, "-D", c.data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C").CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb: %w\n%s", err, out)
-	}
-	onOff := "off"
-	if durable {
-		onOff = "on"
-	}
-	opts := strings.Join([]string{
-		"-c listen_addresses=''",
-		"-k " + dir,
-		"-c wal_level=logical",
-		"-c max_replication_slots=64",
-		"-c max_wal_senders=64",
-		"-c max_connections=400",
-		"-c shared_buffers=128MB",
-		"-c fsync=" + onOff,
-		"-c synchronous_commit=" + onOff,
-		"-c full_page_writes=" + onOff,
-	}, " ")
-	if out, err := c.command(ctx, c.pgCtl, "start", "-w", "-t", "60", "-D", c.data, "-l", filepath.Join(dir, "log"), "-o", opts).CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		return fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, log)
-	}
-	c.AdminURL = fmt.Sprintf("host=%s user=postgres dbname=postgres sslmode=disable", dir)
-	return nil
-}
-
-func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, name, args...)
-	if c.runAs != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.runAs}
-	}
-	cmd.Dir = os.TempDir()
-	return cmd
-}
-
-// Stop drops the template and stops a private cluster, removing its directory.
+// Stop stops a private cluster and removes it; for an external server it drops the template.
 func (c *Cluster) Stop() error {
-	if c.Dir == "" {
-		if c.template == "" || c.AdminURL == "" {
-			return nil
-		}
-		ctx := context.Background()
-		admin, err := pgx.Connect(ctx, c.AdminURL)
-		if err != nil {
-			return err
-		}
-		defer admin.Close(ctx)
-		_, err = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+c.template+" WITH (FORCE)")
+	ctx := context.Background()
+	if c.local != nil {
+		return c.local.Stop(ctx)
+	}
+	if c.template == "" || c.AdminURL == "" {
+		return nil
+	}
+	admin, err := pgx.Connect(ctx, c.AdminURL)
+	if err != nil {
 		return err
 	}
-	var errs []error
-	if c.data != "" {
-		if out, err := c.command(context.Background(), c.pgCtl, "stop", "-D", c.data, "-m", "immediate", "-w").CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("pg_ctl stop: %w\n%s", err, out))
-		}
-	}
-	errs = append(errs, os.RemoveAll(c.Dir))
-	return errors.Join(errs...)
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+c.template+" WITH (FORCE)")
+	return err
 }
 
 // urlFor is AdminURL pointed at another database, in whichever form AdminURL is written.

@@ -1,0 +1,221 @@
+// Package pgcluster runs a private PostgreSQL cluster from the machine's server binaries
+// (initdb, pg_ctl): for the test harness (internal/pgtest) and for programs that run with an
+// embedded default database when no DATABASE_URL is given. It owns the cluster's files and
+// process; it does not own any schema (migrations does).
+//
+// The cluster listens only on a Unix socket in its own directory and runs with
+// wal_level=logical and room for replication slots. PostgreSQL refuses to run as root, so as
+// root the cluster runs as the postgres user, in a directory chowned to it; as anyone else it
+// runs as that user.
+//
+// Lifecycle: Start initializes the data directory if it has none (so a kept directory survives
+// restarts) and starts the server; Stop stops it. Errors name the binary or step that failed and
+// carry its output; a missing binary says how to install it.
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrNoBinaries means the PostgreSQL server programs are not installed.
+var ErrNoBinaries = errors.New("PostgreSQL server binaries not found")
+
+// Config configures a cluster.
+type Config struct {
+	// Dir holds the data directory ("data") and the server log. It is created if missing and
+	// kept by Stop unless Ephemeral is set. Required.
+	Dir string
+	// Durable turns fsync, synchronous commit and full-page writes on. Off suits tests: a crash
+	// of a test cluster loses nothing anyone needs.
+	Durable bool
+	// Ephemeral removes Dir on Stop.
+	Ephemeral bool
+	// StartTimeout bounds pg_ctl start. Defaults to 60s.
+	StartTimeout time.Duration
+}
+
+// Cluster is a running server.
+type Cluster struct {
+	// URL connects to the postgres database as the superuser postgres, over the socket.
+	URL string
+	// SocketDir is where the server's Unix socket lives.
+	SocketDir string
+
+	cfg   Config
+	pgCtl string
+	data  string
+	runAs *syscall.Credential
+}
+
+// Binary finds a PostgreSQL server program: on PATH, else in the newest
+// /usr/lib/postgresql/*/bin (where Debian's packages put them, off PATH).
+func Binary(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s is not on PATH or in /usr/lib/postgresql/*/bin; install PostgreSQL (Debian: apt-get install -y postgresql) or point DATABASE_URL at a server", ErrNoBinaries, name)
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Start initializes (if needed) and starts a cluster in cfg.Dir.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("pgcluster: Config.Dir is required")
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	initdb, err := Binary("initdb")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg}
+	if c.pgCtl, err = Binary("pg_ctl"); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pgcluster: create %s: %w", dir, err)
+	}
+	c.cfg.Dir = dir
+	c.data = filepath.Join(dir, "data")
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("pgcluster: running as root, PostgreSQL must run as another user, and there is no postgres user (Debian's postgresql package creates it): %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.runAs = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, gid)
+		}); err != nil {
+			return nil, fmt.Errorf("pgcluster: hand %s to the postgres user: %w", dir, err)
+		}
+		if blocked := untraversable(dir); blocked != "" {
+			return nil, fmt.Errorf("pgcluster: the postgres user cannot reach %s because %s is not searchable by others; choose a directory under a world-searchable path (for example /var/tmp) or chmod o+x %s", dir, blocked, blocked)
+		}
+	}
+	c.SocketDir = dir
+	if len(dir) > 90 { // a Unix socket path is limited to 107 bytes
+		if c.SocketDir, err = os.MkdirTemp("", "rindle-sock-"); err != nil {
+			return nil, err
+		}
+		if c.runAs != nil {
+			if err := os.Chown(c.SocketDir, int(c.runAs.Uid), int(c.runAs.Gid)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.data, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		args := []string{"-D", c.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"}
+		if !cfg.Durable {
+			args = append(args, "--no-sync")
+		}
+		if out, err := c.command(ctx, initdb, args...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("pgcluster: initdb in %s: %w\n%s", c.data, err, out)
+		}
+	}
+	onOff := "off"
+	if cfg.Durable {
+		onOff = "on"
+	}
+	opts := strings.Join([]string{
+		"-c listen_addresses=''",
+		"-k " + c.SocketDir,
+		"-c wal_level=logical",
+		"-c max_replication_slots=64",
+		"-c max_wal_senders=64",
+		"-c max_connections=400",
+		"-c shared_buffers=128MB",
+		"-c max_slot_wal_keep_size=1GB",
+		"-c fsync=" + onOff,
+		"-c synchronous_commit=" + onOff,
+		"-c full_page_writes=" + onOff,
+	}, " ")
+	logFile := filepath.Join(dir, "postgres.log")
+	timeout := strconv.Itoa(int(cfg.StartTimeout.Seconds()))
+	if out, err := c.command(ctx, c.pgCtl, "start", "-w", "-t", timeout, "-D", c.data, "-l", logFile, "-o", opts).CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(logFile)
+		return nil, fmt.Errorf("pgcluster: pg_ctl start in %s: %w\n%s\n%s", c.data, err, out, tail(log, 4000))
+	}
+	c.URL = fmt.Sprintf("host=%s user=postgres dbname=postgres sslmode=disable", c.SocketDir)
+	return c, nil
+}
+
+// untraversable returns the first ancestor of dir that others cannot search, or "".
+func untraversable(dir string) string {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return p
+		}
+		if p == filepath.Dir(p) {
+			return ""
+		}
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if c.runAs != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.runAs}
+	}
+	cmd.Dir = os.TempDir()
+	return cmd
+}
+
+// Stop stops the server (fast shutdown: clients are disconnected, nothing committed is lost)
+// and removes the directory when the cluster is ephemeral. Safe to call twice.
+func (c *Cluster) Stop(ctx context.Context) error {
+	var errs []error
+	mode := "fast"
+	if c.cfg.Ephemeral {
+		mode = "immediate"
+	}
+	if out, err := c.command(ctx, c.pgCtl, "stop", "-D", c.data, "-m", mode, "-w").CombinedOutput(); err != nil && !strings.Contains(string(out), "Is server running?") {
+		errs = append(errs, fmt.Errorf("pgcluster: pg_ctl stop: %w\n%s", err, out))
+	}
+	if c.SocketDir != c.cfg.Dir {
+		errs = append(errs, os.RemoveAll(c.SocketDir))
+	}
+	if c.cfg.Ephemeral {
+		errs = append(errs, os.RemoveAll(c.cfg.Dir))
+	}
+	return errors.Join(errs...)
+}
