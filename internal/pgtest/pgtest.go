@@ -181,15 +181,30 @@ var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`) //nolint:gochecknoglobals // co
 // when the test ends.
 func NewDB(tb testing.TB) *DB {
 	tb.Helper()
-	return NewDBWith(tb, 0)
+	return newDB(tb, 0, false)
 }
 
 // NewDBWith is NewDB with a pool of maxConns connections (0 means pgx's default).
 func NewDBWith(tb testing.TB, maxConns int32) *DB {
 	tb.Helper()
+	return newDB(tb, maxConns, false)
+}
+
+// NewBareDB is NewDB without the schema: an empty database, for testing migrations.
+func NewBareDB(tb testing.TB) *DB {
+	tb.Helper()
+	return newDB(tb, 0, true)
+}
+
+func newDB(tb testing.TB, maxConns int32, bare bool) *DB {
+	tb.Helper()
 	c := current
 	if c == nil {
 		tb.Fatal("pgtest: no cluster: call pgtest.Main from TestMain")
+	}
+	template := c.template
+	if bare {
+		template = "template0"
 	}
 	ctx := context.Background()
 	name := strings.Trim(nonIdent.ReplaceAllString(strings.ToLower(tb.Name()), "_"), "_")
@@ -202,7 +217,7 @@ func NewDBWith(tb testing.TB, maxConns int32) *DB {
 		tb.Fatalf("pgtest: connect: %v", err)
 	}
 	c.mu.Lock()
-	_, err = admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, c.template))
+	_, err = admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template))
 	c.mu.Unlock()
 	admin.Close(ctx)
 	if err != nil {

@@ -1,0 +1,66 @@
+package pgcluster_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/internal/pgcluster"
+)
+
+func TestAKeptClusterSurvivesARestart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "kept")
+	if os.Geteuid() == 0 {
+		// t.TempDir is not searchable by others; a root run hands the cluster to postgres.
+		base, err := os.MkdirTemp("", "pgcluster-test-")
+		require.NoError(t, err)
+		require.NoError(t, os.Chmod(base, 0o755))
+		t.Cleanup(func() { _ = os.RemoveAll(base) })
+		dir = filepath.Join(base, "kept")
+	}
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir})
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, c.URL)
+	require.NoError(t, err)
+	var wal string
+	require.NoError(t, conn.QueryRow(ctx, "SHOW wal_level").Scan(&wal))
+	require.Equal(t, "logical", wal)
+	_, err = conn.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)")
+	require.NoError(t, err)
+	conn.Close(ctx)
+	require.NoError(t, c.Stop(ctx))
+
+	c, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Ephemeral: true})
+	require.NoError(t, err)
+	conn, err = pgx.Connect(ctx, c.URL)
+	require.NoError(t, err)
+	var v int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT v FROM kept").Scan(&v))
+	require.Equal(t, 42, v)
+	conn.Close(ctx)
+	require.NoError(t, c.Stop(ctx))
+	_, err = os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist, "an ephemeral cluster removes its directory")
+}
+
+func TestAnUnreachableDirectoryIsRefusedWithAHint(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a root run hands the cluster to another user")
+	}
+	base, err := os.MkdirTemp("", "pgcluster-closed-") // 0700: postgres cannot search it
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	_, err = pgcluster.Start(context.Background(), pgcluster.Config{Dir: filepath.Join(base, "x")})
+	require.ErrorContains(t, err, "is not searchable by others")
+	require.ErrorContains(t, err, "chmod o+x")
+}
+
+func TestConfigNeedsADirectory(t *testing.T) {
+	_, err := pgcluster.Start(context.Background(), pgcluster.Config{})
+	require.ErrorContains(t, err, "Dir is required")
+}
