@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -275,61 +274,4 @@ func (b *bundle) waitHeld(t testing.TB) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no batch reached the gate within 10s")
 	}
-}
-
-// collect reads a subscription to its end.
-func collect(t testing.TB, sub *producer.Subscription) []producer.Frame {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var out []producer.Frame
-	for {
-		f, err := sub.Next(ctx)
-		if err == io.EOF {
-			return out
-		}
-		require.NoError(t, err, "after %d frames", len(out))
-		out = append(out, f)
-	}
-}
-
-// replay checks a subscription's frames against the wire contract and applies them to held, the
-// text the reader had at its join. It returns the reader's final text and its terminal frame.
-func replay(t testing.TB, held string, frames []producer.Frame) (string, producer.Frame) {
-	t.Helper()
-	require.NotEmpty(t, frames)
-	last := frames[len(frames)-1]
-	require.True(t, last.Terminal(), "the last frame is %s, not a terminal", last.Type)
-	for _, f := range frames[:len(frames)-1] {
-		require.False(t, f.Terminal(), "a terminal frame before the last")
-	}
-	if frames[0].Type != producer.FrameOpen {
-		require.Len(t, frames, 1, "a subscription without open is a single stale or absent")
-		return held, last
-	}
-	open := frames[0]
-	require.LessOrEqual(t, open.From, producer.Len16(held), "open past what the reader holds")
-	text := producer.Slice16(held, 0, open.From)
-	pos := open.From
-	durable := producer.Seq(0)
-	for _, f := range frames[1:] {
-		switch f.Type {
-		case producer.FrameChunk:
-			require.Equal(t, pos, f.From, "chunk does not continue the delivered prefix")
-			require.Equal(t, f.Seq-f.From, producer.Len16(f.Text), "chunk text does not span its offsets")
-			var err error
-			text, err = producer.Splice(text, f)
-			require.NoError(t, err)
-			pos = f.Seq
-		case producer.FrameDurable:
-			require.GreaterOrEqual(t, f.Seq, durable, "durable went backwards")
-			require.LessOrEqual(t, f.Seq, pos, "durable claims more than was delivered")
-			durable = f.Seq
-		case producer.FrameEnd:
-			require.LessOrEqual(t, f.Seq, pos, "end claims more than was delivered")
-		case producer.FrameOpen:
-			t.Fatalf("a second open")
-		}
-	}
-	return text, last
 }

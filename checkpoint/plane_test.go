@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -51,7 +52,7 @@ func TestSpliceForLateJoinersAtEveryOffset(t *testing.T) {
 	require.NoError(t, s.Close(t.Context()))
 	final := produced.String()
 	for i, j := range joins {
-		got, end := replay(t, j.held, collect(t, j.sub))
+		got, end := streamtest.Replay(t, j.held, streamtest.Collect(t, j.sub))
 		require.Equal(t, producer.FrameEnd, end.Type, "join %d", i)
 		require.Equal(t, final, got, "join %d: S broken", i)
 	}
@@ -270,7 +271,7 @@ func TestFailedReadBackIsNotClaimedThenReCovers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, producer.Seq(5), d)
 	require.NoError(t, s.Close(t.Context()))
-	got, end := replay(t, "", collect(t, sub))
+	got, end := streamtest.Replay(t, "", streamtest.Collect(t, sub))
 	require.Equal(t, "hello", got)
 	require.Equal(t, producer.Seq(5), end.Seq)
 }
@@ -312,7 +313,7 @@ func TestFailedCloseIsHonest(t *testing.T) {
 	require.Equal(t, producer.Seq(16), nd.DurableSeq)
 	require.Equal(t, producer.Seq(20), nd.Seq)
 	// The reader still gets its end, at what is durable, not at what was produced.
-	got, end := replay(t, "", collect(t, sub))
+	got, end := streamtest.Replay(t, "", streamtest.Collect(t, sub))
 	require.Equal(t, strings.Repeat("a", 16)+"tail", got)
 	require.Equal(t, producer.FrameEnd, end.Type)
 	require.Equal(t, producer.Seq(16), end.Seq)

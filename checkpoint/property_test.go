@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -233,8 +234,8 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 		if r.closed {
 			continue
 		}
-		r.frames = append(r.frames, collect(t, r.sub)...)
-		got, last := replay(t, r.held, r.frames)
+		r.frames = append(r.frames, streamtest.Collect(t, r.sub)...)
+		got, last := streamtest.Replay(t, r.held, r.frames)
 		require.True(t, strings.HasPrefix(text, got), "seed %d reader %d: delivered text is not a prefix of the produced text", seed, i)
 		switch last.Type {
 		case producer.FrameEnd:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -146,7 +147,7 @@ func FuzzUTF16Replay(f *testing.F) {
 		readers = append(readers, reader{held: "", sub: w.subscribe(t, "m", 0)})
 		for _, r := range readers {
 			got := r.held
-			for _, fr := range drain(t, r.sub) {
+			for _, fr := range streamtest.Collect(t, r.sub) {
 				if fr.Type == producer.FrameOpen {
 					require.Equal(t, fr.From, producer.Len16(producer.Slice16(text, 0, fr.From)), "open inside a surrogate pair")
 					got = producer.Slice16(got, 0, fr.From)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -121,21 +121,6 @@ func (w *world) subscribe(t *testing.T, id string, from producer.Seq) *producer.
 	return sub
 }
 
-func drain(t *testing.T, sub *producer.Subscription) []producer.Frame {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	var out []producer.Frame
-	for {
-		f, err := sub.Next(ctx)
-		if err == io.EOF {
-			return out
-		}
-		require.NoError(t, err)
-		out = append(out, f)
-	}
-}
-
 func TestCommitModeTrimsAndSealsWithBodyFrom(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, func(c *producer.Config) { c.RetainChars = 4 })
@@ -166,7 +151,7 @@ func TestJoinBelowTheRetainedFloorIsStale(t *testing.T) {
 	require.NoError(t, s.Push("abcdefgh"))
 	_, err := s.Flush(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, []producer.Frame{stale(6, 8)}, drain(t, w.subscribe(t, "m", 5)))
+	require.Equal(t, []producer.Frame{stale(6, 8)}, streamtest.Collect(t, w.subscribe(t, "m", 5)))
 	sub := w.subscribe(t, "m", 6)
 	f, err := sub.Next(t.Context())
 	require.NoError(t, err)
@@ -216,7 +201,7 @@ func TestLingerKeepsASealedStreamJoinable(t *testing.T) {
 	s := w.open(t, "m")
 	require.NoError(t, s.Push("ab"))
 	require.NoError(t, s.Fail(t.Context(), errors.New("model crashed")))
-	frames := drain(t, w.subscribe(t, "m", 1))
+	frames := streamtest.Collect(t, w.subscribe(t, "m", 1))
 	require.Equal(t, []producer.Frame{
 		{Type: producer.FrameOpen, StreamID: "m", From: 1, Seq: 2, DurableSeq: 2, Ended: true},
 		chunk(1, 2, "b"),
@@ -229,7 +214,7 @@ func TestLingerKeepsASealedStreamJoinable(t *testing.T) {
 	w.clock.Advance(time.Millisecond)
 	_, ok = w.plane.Stream("m")
 	require.False(t, ok)
-	require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, drain(t, w.subscribe(t, "m", 0)))
+	require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, streamtest.Collect(t, w.subscribe(t, "m", 0)))
 }
 
 func TestSlowReaderIsDroppedWithStale(t *testing.T) {
@@ -251,37 +236,20 @@ func TestSlowReaderIsDroppedWithStale(t *testing.T) {
 			}
 		}
 	}
-	frames := drain(t, slow)
+	frames := streamtest.Collect(t, slow)
 	// The join snapshot (open + replay) is queued whatever the cap, and counts toward it, as in
 	// the seed: two live chunks fill the queue of 4, the third overflows it.
 	require.Len(t, frames, 4+1)
 	require.Equal(t, stale(0, 0), frames[len(frames)-1])
-	got, last := spliceAll(t, "", frames)
+	got, last := streamtest.Replay(t, "", frames)
 	require.Equal(t, "x01", got)
 	require.Equal(t, producer.FrameStale, last.Type)
 	// The fast reader is unaffected.
 	require.NoError(t, s.Close(t.Context()))
-	fastFrames = append(fastFrames, drain(t, fast)...)
-	got, last = spliceAll(t, "", fastFrames)
+	fastFrames = append(fastFrames, streamtest.Collect(t, fast)...)
+	got, last = streamtest.Replay(t, "", fastFrames)
 	require.Equal(t, "x0123456789", got)
 	require.Equal(t, producer.FrameEnd, last.Type)
-}
-
-// spliceAll applies frames the way a client does.
-func spliceAll(t *testing.T, held string, frames []producer.Frame) (string, producer.Frame) {
-	t.Helper()
-	text := held
-	var last producer.Frame
-	for _, f := range frames {
-		var err error
-		if f.Type == producer.FrameOpen {
-			text = producer.Slice16(text, 0, f.From)
-		}
-		text, err = producer.Splice(text, f)
-		require.NoError(t, err)
-		last = f
-	}
-	return text, last
 }
 
 func TestForbiddenIsTheSameForExistingAndMissingStreams(t *testing.T) {
@@ -327,7 +295,7 @@ func TestForbiddenIsTheSameForExistingAndMissingStreams(t *testing.T) {
 func TestAbsentWhenTheStreamIsNotHosted(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, nil)
-	require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, drain(t, w.subscribe(t, "nowhere", 0)))
+	require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, streamtest.Collect(t, w.subscribe(t, "nowhere", 0)))
 }
 
 func TestPushRefusesInvalidUTF8AndTakesNothing(t *testing.T) {
@@ -369,7 +337,7 @@ func TestPlaneCloseTearsDownWithoutWriting(t *testing.T) {
 	sub := w.subscribe(t, "m", 0)
 	w.plane.Close()
 	w.plane.Close()
-	for _, f := range drain(t, sub) {
+	for _, f := range streamtest.Collect(t, sub) {
 		require.False(t, f.Terminal(), "teardown detaches readers without a terminal")
 	}
 	require.Empty(t, w.store.closes(), "teardown writes nothing")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -138,13 +139,13 @@ func TestRelayAttach(t *testing.T) {
 	t.Run("NilSourceIsAbsent", func(t *testing.T) {
 		t.Parallel()
 		w := newRelayWorld(t, attaching(nil, nil), nil)
-		require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, drain(t, w.subscribe(t, "far", 0)))
+		require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, streamtest.Collect(t, w.subscribe(t, "far", 0)))
 		require.Empty(t, w.relayErrors())
 	})
 	t.Run("ErrorIsAbsent", func(t *testing.T) {
 		t.Parallel()
 		w := newRelayWorld(t, attaching(nil, errors.New("dial failed")), nil)
-		require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, drain(t, w.subscribe(t, "far", 0)))
+		require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, streamtest.Collect(t, w.subscribe(t, "far", 0)))
 		errs := w.relayErrors()
 		require.Len(t, errs, 1)
 		require.Equal(t, producer.RelayAttach, errs[0].phase)
@@ -159,7 +160,7 @@ func TestRelayAttach(t *testing.T) {
 			defer close(returned)
 			return late, nil
 		}}, nil)
-		require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, drain(t, w.subscribe(t, "far", 0)))
+		require.Equal(t, []producer.Frame{{Type: producer.FrameAbsent}}, streamtest.Collect(t, w.subscribe(t, "far", 0)))
 		require.Equal(t, producer.RelayAttach, w.relayErrors()[0].phase)
 		close(release)
 		<-returned
@@ -169,7 +170,7 @@ func TestRelayAttach(t *testing.T) {
 		t.Parallel()
 		src := newPipe(chunk(2, 4, "cd"), chunk(3, 6, "def"), durable(9), durable(5), end(6))
 		w := newRelayWorld(t, attaching(src, nil), nil)
-		frames := drain(t, w.subscribe(t, "far", 2))
+		frames := streamtest.Collect(t, w.subscribe(t, "far", 2))
 		require.Equal(t, []producer.Frame{
 			{Type: producer.FrameOpen, StreamID: "far", From: 2, Seq: 2, DurableSeq: 2},
 			chunk(2, 4, "cd"), chunk(4, 6, "ef"), durable(5), end(6),
@@ -180,7 +181,7 @@ func TestRelayAttach(t *testing.T) {
 		t.Parallel()
 		src := newPipe(chunk(0, 1, "a"), chunk(5, 6, "z"))
 		w := newRelayWorld(t, attaching(src, nil), nil)
-		frames := drain(t, w.subscribe(t, "far", 0))
+		frames := streamtest.Collect(t, w.subscribe(t, "far", 0))
 		require.Equal(t, stale(1, 0), frames[len(frames)-1])
 		require.Equal(t, producer.RelayFrames, w.relayErrors()[0].phase)
 		require.Eventually(t, src.closed.Load, 5*time.Second, time.Millisecond)
@@ -190,7 +191,7 @@ func TestRelayAttach(t *testing.T) {
 		src := newPipe(chunk(0, 1, "a"))
 		close(src.frames)
 		w := newRelayWorld(t, attaching(src, nil), nil)
-		frames := drain(t, w.subscribe(t, "far", 0))
+		frames := streamtest.Collect(t, w.subscribe(t, "far", 0))
 		require.Equal(t, stale(1, 0), frames[len(frames)-1])
 	})
 	t.Run("BrokenSourceIsStale", func(t *testing.T) {
@@ -199,7 +200,7 @@ func TestRelayAttach(t *testing.T) {
 		src.err = errors.New("connection reset")
 		close(src.frames)
 		w := newRelayWorld(t, attaching(src, nil), nil)
-		frames := drain(t, w.subscribe(t, "far", 0))
+		frames := streamtest.Collect(t, w.subscribe(t, "far", 0))
 		require.Equal(t, stale(1, 0), frames[len(frames)-1])
 		require.ErrorContains(t, w.relayErrors()[0].err, "connection reset")
 	})
@@ -252,7 +253,7 @@ func TestRelayAttach(t *testing.T) {
 		w := newRelayWorld(t, attaching(src, nil), func(c *producer.Config) { c.MaxQueuedFrames = 3 })
 		sub := w.subscribe(t, "far", 0)
 		require.Eventually(t, src.closed.Load, 5*time.Second, time.Millisecond, "the overflow released the adapter")
-		frames := drain(t, sub)
+		frames := streamtest.Collect(t, sub)
 		require.Len(t, frames, 4)
 		// As in the seed, the stale sits at the conform position, which already counts the
 		// chunk that overflowed; the reader reads the durable plane from its own offset anyway.
