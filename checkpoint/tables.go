@@ -139,3 +139,10 @@ func ChunkTableDDL(t Tables) ([]string, error) {
 			q(t.Chunks+"_stream_seq"), q(t.Chunks), q(c.ChunkStream), q(c.ChunkSeq)),
 	}, nil
 }
+
+// ResolveTables applies the defaults to t and validates its names, for packages that read the
+// same tables (cdc, ivm).
+func ResolveTables(t Tables) (Tables, error) {
+	t = t.resolve()
+	return t, t.validate()
+}

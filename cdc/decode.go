@@ -1,0 +1,208 @@
+package cdc
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// decoder turns pgoutput (protocol version 1) messages into transactions. It is pure state (a
+// relation cache and the open transaction) with no I/O, so arbitrary bytes can be fed to it:
+// every input is either decoded or refused with an error, never a panic.
+type decoder struct {
+	t         checkpoint.Tables
+	relations map[uint32]*pglogrepl.RelationMessage
+	tx        *Tx // the open transaction, between Begin and Commit
+}
+
+func newDecoder(t checkpoint.Tables) *decoder {
+	return &decoder{t: t, relations: map[uint32]*pglogrepl.RelationMessage{}}
+}
+
+// reset drops the open transaction (a broken connection: the server re-sends it whole).
+// Relations are re-sent on every new session, so the cache goes too.
+func (d *decoder) reset() {
+	d.tx = nil
+	d.relations = map[uint32]*pglogrepl.RelationMessage{}
+}
+
+// inTx reports whether a transaction is open: its changes are in flight.
+func (d *decoder) inTx() bool { return d.tx != nil }
+
+// feed decodes one message. It returns the transaction when the message was its Commit.
+func (d *decoder) feed(wal []byte) (done *Tx, err error) {
+	if len(wal) == 0 {
+		return nil, errors.New("cdc: empty logical replication message")
+	}
+	defer func() {
+		// pglogrepl's decoders index into the buffer; a malformed message must not take the
+		// reader down.
+		if r := recover(); r != nil {
+			done, err = nil, fmt.Errorf("cdc: malformed %q message: %v", wal[0], r)
+		}
+	}()
+	msg, err := pglogrepl.Parse(wal)
+	if err != nil {
+		return nil, fmt.Errorf("cdc: parse %q message: %w", wal[0], err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		d.relations[m.RelationID] = m
+	case *pglogrepl.BeginMessage:
+		d.tx = &Tx{Xid: m.Xid, CommitTime: m.CommitTime}
+	case *pglogrepl.CommitMessage:
+		if d.tx == nil {
+			return nil, errors.New("cdc: commit without begin")
+		}
+		tx := d.tx
+		d.tx = nil
+		tx.CommitLSN, tx.EndLSN, tx.CommitTime = m.CommitLSN, m.TransactionEndLSN, m.CommitTime
+		return tx, nil
+	case *pglogrepl.InsertMessage:
+		return nil, d.row(m.RelationID, m.Tuple, nil, true)
+	case *pglogrepl.UpdateMessage:
+		return nil, d.row(m.RelationID, m.NewTuple, nil, false)
+	case *pglogrepl.DeleteMessage:
+		return nil, d.row(m.RelationID, nil, m.OldTuple, false)
+	case *pglogrepl.TruncateMessage:
+		if d.tx == nil {
+			return nil, errors.New("cdc: truncate outside a transaction")
+		}
+		for _, id := range m.RelationIDs {
+			if rel, ok := d.relations[id]; ok && d.ours(rel) {
+				d.tx.Events = append(d.tx.Events, Event{Kind: Truncated})
+				break
+			}
+		}
+	}
+	// Type and origin messages carry nothing this reader needs.
+	return nil, nil
+}
+
+func (d *decoder) ours(rel *pglogrepl.RelationMessage) bool {
+	return rel.RelationName == d.t.Message || rel.RelationName == d.t.Chunks
+}
+
+// row decodes an insert or update (tuple) or a delete (old key) on one of the two tables.
+func (d *decoder) row(relID uint32, tuple, old *pglogrepl.TupleData, created bool) error {
+	if d.tx == nil {
+		return errors.New("cdc: row change outside a transaction")
+	}
+	rel, ok := d.relations[relID]
+	if !ok {
+		return fmt.Errorf("cdc: row change for unknown relation %d (no Relation message before it)", relID)
+	}
+	if !d.ours(rel) {
+		return nil
+	}
+	data := tuple
+	if data == nil {
+		data = old
+	}
+	if data == nil {
+		return fmt.Errorf("cdc: %s change with no tuple", rel.RelationName)
+	}
+	cols := map[string]*pglogrepl.TupleDataColumn{}
+	for i, col := range data.Columns {
+		if i < len(rel.Columns) {
+			cols[rel.Columns[i].Name] = col
+		}
+	}
+	text := func(name string) (string, bool, error) {
+		c, ok := cols[name]
+		switch {
+		case !ok:
+			return "", false, fmt.Errorf("cdc: %s has no column %q", rel.RelationName, name)
+		case c.DataType == pglogrepl.TupleDataTypeText:
+			return string(c.Data), true, nil
+		case c.DataType == pglogrepl.TupleDataTypeNull, c.DataType == pglogrepl.TupleDataTypeToast:
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("cdc: %s.%s arrived in format %q; the reader asks for text", rel.RelationName, name, c.DataType)
+	}
+	seqOf := func(name string) (producer.Seq, error) {
+		s, ok, err := text(name)
+		if err != nil || !ok {
+			if err == nil {
+				err = fmt.Errorf("cdc: %s.%s is NULL", rel.RelationName, name)
+			}
+			return 0, err
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("cdc: %s.%s = %q is not an integer", rel.RelationName, name, s)
+		}
+		return producer.Seq(n), nil
+	}
+	c := d.t.Columns
+	if rel.RelationName == d.t.Chunks {
+		if old != nil {
+			// REPLICA IDENTITY DEFAULT: a delete carries only the key, whose id names its stream.
+			id, ok, err := text(c.ChunkKey)
+			if err != nil || !ok {
+				return fmt.Errorf("cdc: chunk delete without its key: %w", err)
+			}
+			stream, seq, err := checkpoint.ParseChunkID(id)
+			if err != nil {
+				return fmt.Errorf("cdc: chunk delete: %w", err)
+			}
+			d.tx.Events = append(d.tx.Events, Event{Kind: ChunkDeleted, StreamID: stream, Seq: seq})
+			return nil
+		}
+		stream, ok, err := text(c.ChunkStream)
+		if err != nil || !ok {
+			return fmt.Errorf("cdc: chunk row without its stream: %w", err)
+		}
+		seq, err := seqOf(c.ChunkSeq)
+		if err != nil {
+			return err
+		}
+		body, ok, err := text(c.ChunkText)
+		if err != nil || !ok {
+			return fmt.Errorf("cdc: chunk row %s:%d without text: %w", stream, seq, err)
+		}
+		if tuple != nil && !created {
+			return nil // chunk rows are append-only; an app that edits one gets no event
+		}
+		d.tx.Events = append(d.tx.Events, Event{Kind: ChunkAppended, StreamID: stream, Seq: seq, Text: body})
+		return nil
+	}
+	id, ok, err := text(c.Key)
+	if err != nil || !ok {
+		return fmt.Errorf("cdc: message change without its key: %w", err)
+	}
+	if old != nil {
+		d.tx.Events = append(d.tx.Events, Event{Kind: MessageDeleted, StreamID: id})
+		return nil
+	}
+	ev := Event{Kind: MessageChanged, StreamID: id, Created: created}
+	if ev.Seq, err = seqOf(c.Seq); err != nil {
+		return err
+	}
+	if ev.Status, _, err = text(c.Status); err != nil {
+		return err
+	}
+	// An unchanged TOASTed body arrives as 'u' with no value: nil means "keep the old body",
+	// never "empty".
+	if col, ok := cols[c.Body]; ok && col.DataType == pglogrepl.TupleDataTypeText {
+		b := string(col.Data)
+		ev.Body = &b
+	} else if ok && col.DataType == pglogrepl.TupleDataTypeNull {
+		empty := ""
+		ev.Body = &empty
+	}
+	if c.Error != "" {
+		if e, ok, err := text(c.Error); err != nil {
+			return err
+		} else if ok {
+			ev.Error = &e
+		}
+	}
+	d.tx.Events = append(d.tx.Events, ev)
+	return nil
+}

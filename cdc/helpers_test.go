@@ -1,0 +1,92 @@
+package cdc_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// slotFor names a slot after the test's database: slots are per cluster.
+func slotFor(db *pgtest.DB, suffix string) string {
+	name := "s_" + db.Name
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	return name + suffix
+}
+
+// ordered is the in-process broker the way the design asks for it: Publish blocks until the
+// subscriber acked, so delivery keeps commit order.
+func ordered() *gochannel.GoChannel {
+	return gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+}
+
+func newReader(t *testing.T, db *pgtest.DB, pub message.Publisher, change func(*cdc.Config)) *cdc.Reader {
+	t.Helper()
+	cfg := cdc.Config{ConnString: db.URL, Slot: slotFor(db, ""), Publisher: pub, StatusInterval: 100 * time.Millisecond}
+	if change != nil {
+		change(&cfg)
+	}
+	r, err := cdc.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		r.Stop()
+		require.NoError(t, r.DropSlot(context.Background()))
+	})
+	return r
+}
+
+// txCollector acks and keeps every transaction published on the topic.
+type txCollector struct {
+	txs chan *cdc.Tx
+}
+
+func collectTxs(t *testing.T, sub message.Subscriber) *txCollector {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(ctx, cdc.DefaultTopic)
+	require.NoError(t, err)
+	c := &txCollector{txs: make(chan *cdc.Tx, 10000)}
+	go func() {
+		for msg := range msgs {
+			tx, err := cdc.DecodeTx(msg.Payload)
+			if err != nil {
+				panic(err)
+			}
+			c.txs <- tx
+			msg.Ack()
+		}
+	}()
+	return c
+}
+
+func (c *txCollector) next(t *testing.T) *cdc.Tx {
+	t.Helper()
+	select {
+	case tx := <-c.txs:
+		return tx
+	case <-time.After(20 * time.Second):
+		t.Fatal("no transaction within 20s")
+	}
+	return nil
+}
+
+func kinds(tx *cdc.Tx) string {
+	s := ""
+	for _, e := range tx.Events {
+		s += fmt.Sprintf("%s(%s:%d) ", e.Kind, e.StreamID, e.Seq)
+	}
+	return s
+}

@@ -1,0 +1,466 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/rindle-sh/rindle-go/checkpoint"
+)
+
+// Defaults of Config.
+const (
+	DefaultSlot            = "rindle_cdc"
+	DefaultPublication     = "rindle_cdc"
+	DefaultTopic           = "rindle.cdc"
+	DefaultStatusInterval  = time.Second
+	DefaultServerTimeout   = 60 * time.Second
+	DefaultReconnectDelay  = 500 * time.Millisecond
+	MaxReconnectDelay      = 30 * time.Second
+	DefaultPublishBackoff  = 100 * time.Millisecond
+	MaxPublishBackoff      = 5 * time.Second
+)
+
+// Errors a caller can act on.
+var (
+	// ErrWALLevel: the server's wal_level is not logical.
+	ErrWALLevel = errors.New("cdc: wal_level is not logical")
+	// ErrSlotInUse: another reader holds the slot (SQLSTATE 55006). The slot is the leader lock.
+	ErrSlotInUse = errors.New("cdc: the replication slot is in use by another reader")
+)
+
+// IsSlotInUse reports whether err says the slot is held by another reader.
+func IsSlotInUse(err error) bool {
+	if errors.Is(err, ErrSlotInUse) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55006"
+}
+
+// Config configures a Reader.
+type Config struct {
+	// ConnString reaches the database, as for pgx. The reader opens its replication connection
+	// with replication=database added, and a normal one for setup and slot lag. Required.
+	ConnString string
+	// Slot is the logical replication slot, created if missing. Defaults to DefaultSlot.
+	Slot string
+	// Publication covers the message and chunk tables, created if missing. Defaults to
+	// DefaultPublication.
+	Publication string
+	// Tables maps the tables to decode. Defaults to checkpoint.DefaultTables().
+	Tables *checkpoint.Tables
+	// Publisher receives one message per transaction. Required.
+	Publisher message.Publisher
+	// Topic is where transactions are published. Defaults to DefaultTopic.
+	Topic string
+	// StatusInterval is the standby status cadence, and so the longest a receive waits.
+	// Defaults to DefaultStatusInterval.
+	StatusInterval time.Duration
+	// ServerTimeout is how long the reader waits with no message at all from the server
+	// (the server sends keep-alives) before it treats the connection as dead and reconnects.
+	// Defaults to DefaultServerTimeout.
+	ServerTimeout time.Duration
+	// OnPublishErrorFunc, if set, hears every failed publish while the reader stalls on it.
+	OnPublishErrorFunc func(err error, tx *Tx, attempt int)
+	// Logger hears reconnects and stalls. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats is a snapshot of a Reader's progress.
+type Stats struct {
+	Published  int64         // transactions published
+	Events     int64         // events in them
+	Acked      pglogrepl.LSN // the last position reported flushed to the server
+	Reconnects int64
+	Stalled    bool // a publish is failing right now
+}
+
+// Reader streams the tables' changes from a logical replication slot and publishes them as
+// whole transactions. See the package comment for its guarantees.
+type Reader struct {
+	cfg      Config
+	replConf *pgconn.Config
+	tables   checkpoint.Tables
+
+	published, events, reconnects atomic.Int64
+	acked                         atomic.Uint64
+	stalled                       atomic.Bool
+
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	err    error
+}
+
+// New validates cfg.
+func New(cfg Config) (*Reader, error) {
+	if cfg.ConnString == "" {
+		return nil, errors.New("cdc: Config.ConnString is required")
+	}
+	if cfg.Publisher == nil {
+		return nil, errors.New("cdc: Config.Publisher is required")
+	}
+	if cfg.Slot == "" {
+		cfg.Slot = DefaultSlot
+	}
+	if cfg.Publication == "" {
+		cfg.Publication = DefaultPublication
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = DefaultTopic
+	}
+	for field, v := range map[string]time.Duration{"StatusInterval": cfg.StatusInterval, "ServerTimeout": cfg.ServerTimeout} {
+		if v < 0 {
+			return nil, fmt.Errorf("cdc: Config.%s must not be negative", field)
+		}
+	}
+	if cfg.StatusInterval == 0 {
+		cfg.StatusInterval = DefaultStatusInterval
+	}
+	if cfg.ServerTimeout == 0 {
+		cfg.ServerTimeout = DefaultServerTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	tables := checkpoint.DefaultTables()
+	if cfg.Tables != nil {
+		tables = *cfg.Tables
+	}
+	resolved, err := checkpoint.ResolveTables(tables)
+	if err != nil {
+		return nil, err
+	}
+	replConf, err := pgconn.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("cdc: Config.ConnString: %w", err)
+	}
+	if replConf.RuntimeParams == nil {
+		replConf.RuntimeParams = map[string]string{}
+	}
+	replConf.RuntimeParams["replication"] = "database"
+	return &Reader{cfg: cfg, replConf: replConf, tables: resolved}, nil
+}
+
+// Setup checks wal_level and creates the publication and the slot if they are missing. Start
+// calls it; it is exported for operators (rindled migrate) and tests.
+func (r *Reader) Setup(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, r.cfg.ConnString)
+	if err != nil {
+		return fmt.Errorf("cdc: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("cdc: read wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("%w (it is %q): set wal_level = logical in postgresql.conf and restart the server", ErrWALLevel, level)
+	}
+	// The publication comes before the slot: a slot only decodes what its publication names.
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", r.cfg.Publication).Scan(&exists); err != nil {
+		return fmt.Errorf("cdc: look up publication %s: %w", r.cfg.Publication, err)
+	}
+	if !exists {
+		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s, %s", pgx.Identifier{r.cfg.Publication}.Sanitize(),
+			pgx.Identifier{r.tables.Message}.Sanitize(), pgx.Identifier{r.tables.Chunks}.Sanitize())
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("cdc: create publication %s: %w", r.cfg.Publication, err)
+		}
+	}
+	rows, err := conn.Query(ctx, "SELECT tablename FROM pg_publication_tables WHERE pubname = $1", r.cfg.Publication)
+	if err != nil {
+		return fmt.Errorf("cdc: read publication %s: %w", r.cfg.Publication, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("cdc: read publication %s: %w", r.cfg.Publication, err)
+	}
+	for _, want := range []string{r.tables.Message, r.tables.Chunks} {
+		found := false
+		for _, n := range names {
+			found = found || n == want
+		}
+		if !found {
+			return fmt.Errorf("cdc: publication %s does not include table %s: ALTER PUBLICATION %s ADD TABLE %s", r.cfg.Publication, want, r.cfg.Publication, want)
+		}
+	}
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", r.cfg.Slot).Scan(&exists); err != nil {
+		return fmt.Errorf("cdc: look up slot %s: %w", r.cfg.Slot, err)
+	}
+	if !exists {
+		repl, err := pgconn.ConnectConfig(ctx, r.replConf)
+		if err != nil {
+			return fmt.Errorf("cdc: replication connect: %w", err)
+		}
+		defer repl.Close(context.WithoutCancel(ctx))
+		// No exported snapshot: a view bootstraps from any snapshot and filters by transaction
+		// visibility (see ivm), which also works for a view that starts long after the slot.
+		_, err = pglogrepl.CreateReplicationSlot(ctx, repl, r.cfg.Slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+		var pgErr *pgconn.PgError
+		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // a rival created it first
+			return fmt.Errorf("cdc: create slot %s: %w", r.cfg.Slot, err)
+		}
+	}
+	return nil
+}
+
+// DropSlot removes the slot (and with it the WAL it holds). For tests and decommissioning.
+func (r *Reader) DropSlot(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, r.cfg.ConnString)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Slot)
+	return err
+}
+
+// SlotLag is how many WAL bytes the slot holds back: the distance from the server's current WAL
+// position to the slot's confirmed position.
+func (r *Reader) SlotLag(ctx context.Context) (int64, error) {
+	conn, err := pgx.Connect(ctx, r.cfg.ConnString)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var lag *int64
+	err = conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Slot).Scan(&lag)
+	if err != nil {
+		return 0, fmt.Errorf("cdc: slot %s lag: %w", r.cfg.Slot, err)
+	}
+	if lag == nil {
+		return 0, nil
+	}
+	return *lag, nil
+}
+
+// Stats returns the reader's progress.
+func (r *Reader) Stats() Stats {
+	return Stats{
+		Published:  r.published.Load(),
+		Events:     r.events.Load(),
+		Acked:      pglogrepl.LSN(r.acked.Load()),
+		Reconnects: r.reconnects.Load(),
+		Stalled:    r.stalled.Load(),
+	}
+}
+
+var errStop = errors.New("cdc: reader stopped")
+
+// Start runs Setup, then reads in a goroutine it owns until Stop: a lost connection is
+// reconnected with backoff and resumes from the slot's confirmed position. A slot held by
+// another reader is retried the same way, so a standby reader takes over when the leader dies.
+func (r *Reader) Start(ctx context.Context) error {
+	if err := r.Setup(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return errors.New("cdc: reader already started")
+	}
+	ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		r.loop(ctx)
+	}()
+	return nil
+}
+
+// Stop stops reading and returns once the goroutine has. Safe to call twice.
+func (r *Reader) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.cancel = nil
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel(errStop)
+	<-done
+}
+
+func (r *Reader) loop(ctx context.Context) {
+	delay := DefaultReconnectDelay
+	for ctx.Err() == nil {
+		progressed, err := r.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.reconnects.Add(1)
+		if progressed {
+			delay = DefaultReconnectDelay
+		}
+		if IsSlotInUse(err) {
+			r.cfg.Logger.Debug("cdc: slot held by another reader; standing by", "slot", r.cfg.Slot)
+		} else {
+			r.cfg.Logger.Warn("cdc: replication session ended; reconnecting", "slot", r.cfg.Slot, "in", delay, "err", err)
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return
+		}
+		delay = min(delay*2, MaxReconnectDelay)
+	}
+}
+
+// session runs one replication connection until it fails. progressed reports whether it
+// published anything (resetting the reconnect backoff).
+func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
+	conn, err := pgconn.ConnectConfig(ctx, r.replConf)
+	if err != nil {
+		return false, fmt.Errorf("cdc: replication connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// Start at 0/0: the server resumes from the slot's confirmed position, so everything not
+	// acknowledged is re-sent. proto_version 1 delivers only committed transactions, in
+	// commit order.
+	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.cfg.Publication + "'"},
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+			return false, fmt.Errorf("%w: slot %s: %s", ErrSlotInUse, r.cfg.Slot, pgErr.Message)
+		}
+		return false, fmt.Errorf("cdc: start replication on slot %s: %w", r.cfg.Slot, err)
+	}
+	dec := newDecoder(r.tables)
+	acked := pglogrepl.LSN(r.acked.Load())
+	status := func(ctx context.Context) error {
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked})
+		if err == nil {
+			r.acked.Store(uint64(acked))
+		}
+		return err
+	}
+	nextStatus := time.Now().Add(r.cfg.StatusInterval)
+	lastHeard := time.Now()
+	for {
+		if ctx.Err() != nil {
+			return progressed, context.Cause(ctx)
+		}
+		if !time.Now().Before(nextStatus) {
+			if err := status(ctx); err != nil {
+				return progressed, fmt.Errorf("cdc: standby status: %w", err)
+			}
+			nextStatus = time.Now().Add(r.cfg.StatusInterval)
+		}
+		if time.Since(lastHeard) > r.cfg.ServerTimeout {
+			return progressed, fmt.Errorf("cdc: nothing from the server for %s", r.cfg.ServerTimeout)
+		}
+		// Every receive is bounded: a hung read must not hide behind a healthy process.
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		raw, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil {
+				continue
+			}
+			return progressed, fmt.Errorf("cdc: receive: %w", err)
+		}
+		lastHeard = time.Now()
+		switch m := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return progressed, fmt.Errorf("cdc: server error: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return progressed, fmt.Errorf("cdc: keepalive: %w", err)
+				}
+				// The server's position may be acknowledged only with nothing in flight, or a
+				// quiet publication on a busy cluster pins WAL forever.
+				if !dec.inTx() && ka.ServerWALEnd > acked {
+					acked = ka.ServerWALEnd
+				}
+				if ka.ReplyRequested {
+					nextStatus = time.Time{}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return progressed, fmt.Errorf("cdc: xlog data: %w", err)
+				}
+				tx, err := dec.feed(xld.WALData)
+				if err != nil {
+					return progressed, err
+				}
+				if tx == nil {
+					continue
+				}
+				if len(tx.Events) > 0 {
+					if err := r.publish(ctx, tx, status); err != nil {
+						return progressed, err
+					}
+					progressed = true
+				}
+				// Acknowledge only now: every event of the transaction is published.
+				if tx.EndLSN > acked {
+					acked = tx.EndLSN
+				}
+			}
+		}
+	}
+}
+
+// publish delivers one transaction, retrying for as long as the broker refuses it. The slot
+// holds the WAL meanwhile, and standby status updates (at the old position) keep the server
+// from dropping the connection.
+func (r *Reader) publish(ctx context.Context, tx *Tx, status func(context.Context) error) error {
+	payload, err := tx.Encode()
+	if err != nil {
+		return err
+	}
+	backoff := DefaultPublishBackoff
+	for attempt := 1; ; attempt++ {
+		msg := message.NewMessage(watermill.NewUUID(), payload)
+		msg.Metadata.Set(MetaLSN, tx.EndLSN.String())
+		msg.Metadata.Set(MetaCommitTime, tx.CommitTime.UTC().Format(time.RFC3339Nano))
+		msg.Metadata.Set(MetaXid, strconv.FormatUint(uint64(tx.Xid), 10))
+		err := r.cfg.Publisher.Publish(r.cfg.Topic, msg)
+		if err == nil {
+			r.stalled.Store(false)
+			r.published.Add(1)
+			r.events.Add(int64(len(tx.Events)))
+			return nil
+		}
+		r.stalled.Store(true)
+		if f := r.cfg.OnPublishErrorFunc; f != nil {
+			f(err, tx, attempt)
+		} else if attempt == 1 || attempt%20 == 0 {
+			r.cfg.Logger.Error("cdc: publish failed; the reader stalls and keeps the slot", "lsn", tx.EndLSN, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		backoff = min(backoff*2, MaxPublishBackoff)
+		if err := status(ctx); err != nil {
+			return fmt.Errorf("cdc: standby status while stalled: %w", err)
+		}
+	}
+}
