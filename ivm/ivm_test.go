@@ -1,0 +1,355 @@
+package ivm_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/pgtest"
+	"github.com/rindle-sh/rindle-go/ivm"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// flakyPublisher refuses every publish while down: a broker outage.
+type flakyPublisher struct {
+	message.Publisher
+	down    atomic.Bool
+	refused atomic.Int64
+}
+
+func (f *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if f.down.Load() {
+		f.refused.Add(1)
+		return errors.New("broker unavailable")
+	}
+	return f.Publisher.Publish(topic, msgs...)
+}
+
+type world struct {
+	db     *pgtest.DB
+	broker *gochannel.GoChannel
+	pub    *flakyPublisher
+	reader *cdc.Reader
+	view   *ivm.View
+	plane  *producer.Plane
+	store  *checkpoint.Store
+}
+
+func slotFor(db *pgtest.DB) string {
+	name := "s_" + db.Name
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	return name
+}
+
+func (w *world) newReader(t *testing.T) *cdc.Reader {
+	t.Helper()
+	r, err := cdc.New(cdc.Config{ConnString: w.db.URL, Slot: slotFor(w.db), Publisher: w.pub, StatusInterval: 50 * time.Millisecond,
+		OnPublishErrorFunc: func(error, *cdc.Tx, int) {}})
+	require.NoError(t, err)
+	return r
+}
+
+func (w *world) newView(t *testing.T, maxEntries int) *ivm.View {
+	t.Helper()
+	v, err := ivm.New(ivm.Config{Subscriber: w.broker, Pool: w.db.Pool, MaxEntries: maxEntries})
+	require.NoError(t, err)
+	require.NoError(t, v.Start(t.Context()))
+	return v
+}
+
+func setup(t *testing.T) *world {
+	t.Helper()
+	w := &world{db: pgtest.NewDB(t)}
+	w.broker = gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	w.pub = &flakyPublisher{Publisher: w.broker}
+	// The view subscribes before the reader publishes anything.
+	w.view = w.newView(t, 0)
+	w.reader = w.newReader(t)
+	require.NoError(t, w.reader.Start(t.Context()))
+	var err error
+	w.store, err = checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(w.db.Pool), Tables: checkpoint.DefaultTables()})
+	require.NoError(t, err)
+	w.plane, err = producer.New(producer.Config{
+		Committer:             w.store,
+		Authorize:             func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
+		CheckpointChars:       32,
+		CheckpointInterval:    20 * time.Millisecond,
+		OnCheckpointErrorFunc: func(error, producer.CheckpointInfo) {},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		w.plane.Close()
+		w.reader.Stop()
+		w.view.Stop()
+		_ = w.broker.Close()
+		_ = w.reader.DropSlot(context.Background())
+	})
+	return w
+}
+
+// dbText is what the database holds for a message: body ++ chunks by seq, and its status.
+func (w *world) dbText(t *testing.T, id string) (string, string) {
+	t.Helper()
+	var text, status string
+	require.NoError(t, w.db.Pool.QueryRow(t.Context(), `SELECT m.body || coalesce((SELECT string_agg(c.text, '' ORDER BY c.seq)
+		FROM message_chunks c WHERE c.stream_id = m.id), ''), m.status FROM messages m WHERE m.id = $1`, id).Scan(&text, &status))
+	return text, status
+}
+
+// converge waits until the view equals the database for every id.
+func (w *world) converge(t *testing.T, ids []string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, id := range ids {
+		want, status := w.dbText(t, id)
+		for {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			m, err := w.view.Wait(ctx, id, producer.Len16(want)-1)
+			cancel()
+			if err == nil || errors.Is(err, context.DeadlineExceeded) {
+				if m.Text == want && string(m.Status) == status {
+					break
+				}
+			}
+			require.True(t, time.Now().Before(deadline), "message %s: the view has %q (%s), the database %q (%s): %v", id, m.Text, m.Status, want, status, err)
+			want, status = w.dbText(t, id)
+		}
+	}
+}
+
+func TestViewFollowsAStream(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	ctx := t.Context()
+	_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('m')")
+	require.NoError(t, err)
+	s, err := w.plane.Open(ctx, producer.OpenStreamInput{StreamID: "m"})
+	require.NoError(t, err)
+	require.NoError(t, s.Push("hello 😀"))
+	_, err = s.Flush(ctx)
+	require.NoError(t, err)
+	m, err := w.view.Wait(ctx, "m", 0) // a long-poll: returns once seq passes 0
+	require.NoError(t, err)
+	require.Equal(t, "hello 😀", m.Text)
+	require.Equal(t, producer.Seq(8), m.Seq)
+	require.Equal(t, producer.StatusStreaming, m.Status)
+
+	require.NoError(t, s.Push(" world"))
+	require.NoError(t, s.Close(ctx))
+	m, err = w.view.Wait(ctx, "m", 8)
+	require.NoError(t, err)
+	for m.Status != producer.StatusComplete {
+		m, err = w.view.Wait(ctx, "m", m.Seq)
+		require.NoError(t, err)
+	}
+	require.Equal(t, "hello 😀 world", m.Text)
+
+	_, err = w.view.Get(ctx, "nope")
+	require.ErrorIs(t, err, ivm.ErrNotFound)
+}
+
+func TestViewKeepsAToastedBodyOnAStatusOnlyUpdate(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	ctx := t.Context()
+	raw := make([]byte, 6000)
+	_, _ = rand.Read(raw)
+	big := base64.StdEncoding.EncodeToString(raw)
+	_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id, body, seq, status) VALUES ('m', $1, $2, 'streaming')", big, len(big))
+	require.NoError(t, err)
+	m, err := w.view.Wait(ctx, "m", 0)
+	require.NoError(t, err)
+	require.Equal(t, big, m.Text)
+	_, err = w.db.Pool.Exec(ctx, "UPDATE messages SET status = 'complete' WHERE id = 'm'")
+	require.NoError(t, err)
+	m, err = w.view.Wait(ctx, "m", producer.Seq(len(big)))
+	require.NoError(t, err)
+	require.Equal(t, producer.StatusComplete, m.Status)
+	require.Equal(t, big, m.Text, "the body survives an update that sent it as unchanged TOAST")
+}
+
+func TestViewEvictsSettledMessagesAndRereadsThem(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	w.view.Stop()
+	w.view = w.newView(t, 3)
+	ctx := t.Context()
+	for i := range 10 {
+		_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id, body, seq, status) VALUES ($1, $2, $3, 'complete')", fmt.Sprint("m", i), fmt.Sprint("text ", i), len(fmt.Sprint("text ", i)))
+		require.NoError(t, err)
+	}
+	for i := range 10 {
+		m, err := w.view.Get(ctx, fmt.Sprint("m", i))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprint("text ", i), m.Text)
+	}
+	require.LessOrEqual(t, w.view.Len(), 3, "settled messages beyond MaxEntries are evicted")
+}
+
+// TestRandomWorkloadWithFaults runs many streams through checkpoints, compactions, app-side
+// status updates and cancels while the walsender is killed, the reader restarted, the view
+// restarted from its snapshot and the broker refusing publishes. Everything the view shows along
+// the way is a prefix of the final text, and at quiescence the view equals the database.
+func TestRandomWorkloadWithFaults(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	ctx := t.Context()
+	rng := mrand.New(mrand.NewPCG(7, 7))
+	const streams = 12
+	ids := make([]string, streams)
+	handles := make([]*producer.LiveStream, streams)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("chat:%d:msg", i)
+		_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ($1)", ids[i])
+		require.NoError(t, err)
+	}
+
+	// A watcher samples the view continuously; every sample must prove a prefix at the end, and
+	// within one view instance a message's seq never goes backwards (long-polls rely on it).
+	var seenMu sync.Mutex
+	seen := map[string][]string{}
+	type key struct {
+		view *ivm.View
+		id   string
+	}
+	last := map[key]producer.Seq{}
+	var regressions []string
+	stopWatch := make(chan struct{})
+	var watchWG sync.WaitGroup
+	watchWG.Go(func() {
+		for {
+			select {
+			case <-stopWatch:
+				return
+			default:
+			}
+			id := ids[mrand.IntN(len(ids))]
+			seenMu.Lock()
+			view := w.view
+			seenMu.Unlock()
+			if m, err := view.Get(context.Background(), id); err == nil {
+				seenMu.Lock()
+				seen[id] = append(seen[id], m.Text)
+				k := key{view, id}
+				if prev, ok := last[k]; ok && m.Seq < prev {
+					regressions = append(regressions, fmt.Sprintf("%s: %d after %d", id, m.Seq, prev))
+				}
+				last[k] = m.Seq
+				seenMu.Unlock()
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+
+	faults := map[string]int{}
+	alphabet := []string{"a", "é", "日", "😀", " ", "tok"}
+	for step := range 400 {
+		i := rng.IntN(streams)
+		switch k := rng.IntN(100); {
+		case k < 55:
+			if handles[i] == nil {
+				var err error
+				handles[i], err = w.plane.Open(ctx, producer.OpenStreamInput{StreamID: ids[i]})
+				if errors.Is(err, producer.ErrOpenRefused) {
+					continue // sealed already: a message is never reopened
+				}
+				require.NoError(t, err)
+			}
+			var d strings.Builder
+			for range 1 + rng.IntN(8) {
+				d.WriteString(alphabet[rng.IntN(len(alphabet))])
+			}
+			if err := handles[i].Push(d.String()); err != nil {
+				require.ErrorIs(t, err, producer.ErrClosed)
+			}
+		case k < 65:
+			if handles[i] != nil {
+				fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, _ = handles[i].Flush(fctx)
+				cancel()
+			}
+		case k < 72:
+			if handles[i] != nil {
+				require.NoError(t, handles[i].Close(ctx))
+			}
+		case k < 76:
+			// App-side status update on a message the plane is not streaming.
+			_, err := w.db.Pool.Exec(ctx, "UPDATE messages SET status = 'error', error = 'app gave up' WHERE id = $1 AND status = 'pending'", ids[i])
+			require.NoError(t, err)
+		case k < 80:
+			_, err := w.db.Pool.Exec(ctx, "UPDATE messages SET cancel_requested = true WHERE id = $1", ids[i])
+			require.NoError(t, err)
+		case k < 83:
+			faults["walsender killed"]++
+			_, err := w.db.Pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", slotFor(w.db))
+			require.NoError(t, err)
+		case k < 86:
+			faults["reader restarted"]++
+			w.reader.Stop()
+			w.reader = w.newReader(t)
+			require.NoError(t, w.reader.Start(ctx))
+		case k < 89:
+			faults["view restarted"]++
+			w.view.Stop()
+			v := w.newView(t, 0)
+			seenMu.Lock()
+			w.view = v
+			seenMu.Unlock()
+		case k < 92:
+			faults["broker down"]++
+			w.pub.down.Store(true)
+			time.Sleep(time.Duration(20+rng.IntN(80)) * time.Millisecond)
+			w.pub.down.Store(false)
+		}
+		if step%50 == 0 {
+			time.Sleep(10 * time.Millisecond) // let the pipeline interleave with the workload
+		}
+	}
+	for _, s := range handles {
+		if s != nil {
+			require.NoError(t, s.Close(ctx))
+		}
+	}
+	w.converge(t, ids)
+	close(stopWatch)
+	watchWG.Wait()
+
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	samples := 0
+	for _, id := range ids {
+		final, _ := w.dbText(t, id)
+		m, err := w.view.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, final, m.Text)
+		for _, s := range seen[id] {
+			require.True(t, strings.HasPrefix(final, s), "message %s: the view once showed %q, not a prefix of %q", id, s, final)
+			samples++
+		}
+	}
+	require.Empty(t, regressions, "a view went backwards")
+	st := w.reader.Stats()
+	t.Logf("faults %v; broker refused %d publishes; %d view samples checked; last reader published %d transactions",
+		faults, w.pub.refused.Load(), samples, st.Published)
+	for _, f := range []string{"walsender killed", "reader restarted", "view restarted", "broker down"} {
+		require.Positive(t, faults[f], "the schedule never injected %q", f)
+	}
+	require.Positive(t, w.pub.refused.Load())
+}

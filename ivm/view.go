@@ -1,0 +1,639 @@
+package ivm
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// DefaultMaxEntries is how many settled (not streaming) messages the view keeps in memory.
+const DefaultMaxEntries = 10_000
+
+// ErrNotFound: no message row has that id.
+var ErrNotFound = errors.New("ivm: no such message")
+
+// Message is the view of one message: its durable text and state.
+type Message struct {
+	ID string
+	// Text is the durable text: the body, then the chunks contiguous after it. It is always a
+	// prefix of the produced text (contract P).
+	Text      string
+	Seq       producer.Seq // len16(Text)
+	Status    producer.Status
+	Error     string
+	UpdatedAt time.Time // commit time of the last change applied, or the load time
+}
+
+// Config configures a View.
+type Config struct {
+	// Subscriber delivers the reader's transactions, in commit order (GoChannel with
+	// BlockPublishUntilSubscriberAck, or a broker's ordered consumer). The view subscribes but
+	// never closes it. Required.
+	Subscriber message.Subscriber
+	// Topic is the reader's topic. Defaults to cdc.DefaultTopic.
+	Topic string
+	// Pool reads snapshots and misses. Required.
+	Pool *pgxpool.Pool
+	// Tables maps the tables. Defaults to checkpoint.DefaultTables().
+	Tables *checkpoint.Tables
+	// MaxEntries bounds the settled messages kept in memory; the least recently used beyond it
+	// are evicted and read from the database on their next access. Streaming messages are
+	// always kept. Defaults to DefaultMaxEntries.
+	MaxEntries int
+	// PoisonPublisher, if set, receives transactions that cannot be decoded, on Topic+".poison".
+	// Without it they are logged and dropped (they could never be applied).
+	PoisonPublisher message.Publisher
+	// OnApplyFunc, if set, observes every applied transaction and its commit-to-apply lag.
+	OnApplyFunc func(tx *cdc.Tx, lag time.Duration)
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// View is the incremental view of message text, driven by the cdc reader's transactions. See
+// the package comment for its consistency model.
+type View struct {
+	cfg    Config
+	t      checkpoint.Tables
+	sqlRow string
+	sqlChk string
+	sqlAll string
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	settled *list.List // settled entries, most recently used first
+	ready   chan struct{}
+
+	router  *message.Router
+	runDone chan error
+}
+
+type chunk struct {
+	seq  producer.Seq // END offset
+	text string
+}
+
+// entry is one message's state, mirroring its rows: the body and the chunk set. Applying the
+// same row changes in commit order yields the same state as the database's.
+type entry struct {
+	id      string
+	body    string
+	chunks  []chunk // sorted by seq
+	rowSeq  producer.Seq
+	status  producer.Status
+	errMsg  string
+	updated time.Time
+	lastLSN pglogrepl.LSN
+	snap    *snapshot // transactions visible here are already in the loaded state
+	loading bool
+	pending []*cdc.Tx
+	text    string
+	seq     producer.Seq
+	changed chan struct{} // closed on every change, then replaced
+	elem    *list.Element // in settled when not streaming
+}
+
+// New validates cfg.
+func New(cfg Config) (*View, error) {
+	if cfg.Subscriber == nil {
+		return nil, errors.New("ivm: Config.Subscriber is required")
+	}
+	if cfg.Pool == nil {
+		return nil, errors.New("ivm: Config.Pool is required")
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = cdc.DefaultTopic
+	}
+	if cfg.MaxEntries < 0 {
+		return nil, errors.New("ivm: Config.MaxEntries must not be negative")
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	tables := checkpoint.DefaultTables()
+	if cfg.Tables != nil {
+		tables = *cfg.Tables
+	}
+	t, err := checkpoint.ResolveTables(tables)
+	if err != nil {
+		return nil, err
+	}
+	c := t.Columns
+	id := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	errCol := "NULL::text"
+	if c.Error != "" {
+		errCol = id(c.Error)
+	}
+	v := &View{
+		cfg:     cfg,
+		t:       t,
+		entries: map[string]*entry{},
+		settled: list.New(),
+		ready:   make(chan struct{}),
+	}
+	v.sqlRow = fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = $1", id(c.Body), id(c.Seq), id(c.Status), errCol, id(t.Message), id(c.Key))
+	v.sqlChk = fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = ANY($1) ORDER BY %s, %s", id(c.ChunkStream), id(c.ChunkSeq), id(c.ChunkText), id(t.Chunks), id(c.ChunkStream), id(c.ChunkStream), id(c.ChunkSeq))
+	v.sqlAll = fmt.Sprintf("SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = 'streaming'", id(c.Key), id(c.Body), id(c.Seq), id(c.Status), errCol, id(t.Message), id(c.Status))
+	return v, nil
+}
+
+// Start subscribes, loads a snapshot of every streaming message, and returns once the view is
+// consistent. It runs the router in a goroutine it owns until Stop.
+func (v *View) Start(ctx context.Context) error {
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NewSlogLogger(v.cfg.Logger))
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(middleware.Recoverer)
+	if v.cfg.PoisonPublisher != nil {
+		poison, err := middleware.PoisonQueueWithFilter(v.cfg.PoisonPublisher, v.cfg.Topic+".poison", func(err error) bool {
+			var perm *permanentError
+			return errors.As(err, &perm)
+		})
+		if err != nil {
+			return err
+		}
+		router.AddMiddleware(poison)
+	}
+	// A transient failure (a database read for a loading entry) is retried; application is
+	// idempotent, so a retried or redelivered transaction changes nothing twice.
+	router.AddMiddleware(middleware.Retry{MaxRetries: 5, InitialInterval: 20 * time.Millisecond, MaxInterval: time.Second, Multiplier: 2, Logger: watermill.NewSlogLogger(v.cfg.Logger)}.Middleware)
+	router.AddConsumerHandler("rindle-ivm", v.cfg.Topic, borrowed{v.cfg.Subscriber}, v.handle)
+	v.router = router
+	v.runDone = make(chan error, 1)
+	go func() { v.runDone <- router.Run(context.WithoutCancel(ctx)) }()
+	select {
+	case <-router.Running():
+	case err := <-v.runDone:
+		return fmt.Errorf("ivm: router: %w", err)
+	case <-ctx.Done():
+		_ = router.Close()
+		<-v.runDone
+		return context.Cause(ctx)
+	}
+	// Subscribed first, snapshot second: every transaction not visible in the snapshot is
+	// delivered after this point (the handler holds them until ready).
+	if err := v.bootstrap(ctx); err != nil {
+		_ = router.Close()
+		<-v.runDone
+		return err
+	}
+	close(v.ready)
+	return nil
+}
+
+// Stop closes the router and returns once its handler has. Safe to call twice.
+func (v *View) Stop() {
+	if v.router == nil {
+		return
+	}
+	_ = v.router.Close()
+	if v.runDone != nil {
+		<-v.runDone
+		v.runDone = nil
+	}
+}
+
+// Get returns a message's view, reading it from the database on a miss.
+func (v *View) Get(ctx context.Context, id string) (Message, error) {
+	e, err := v.entryFor(ctx, id)
+	if err != nil {
+		return Message{}, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return e.message(), nil
+}
+
+// Wait returns once the message's durable length passes after or its status is terminal (a
+// long-poll), or when ctx ends, with the latest view and ctx's error.
+func (v *View) Wait(ctx context.Context, id string, after producer.Seq) (Message, error) {
+	for {
+		e, err := v.entryFor(ctx, id)
+		if err != nil {
+			return Message{}, err
+		}
+		v.mu.Lock()
+		m, ch := e.message(), e.changed
+		v.mu.Unlock()
+		if m.Seq > after || m.Status.Terminal() {
+			return m, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return m, context.Cause(ctx)
+		}
+	}
+}
+
+// Len is how many messages the view holds in memory.
+func (v *View) Len() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.entries)
+}
+
+func (e *entry) message() Message {
+	return Message{ID: e.id, Text: e.text, Seq: e.seq, Status: e.status, Error: e.errMsg, UpdatedAt: e.updated}
+}
+
+// ---- applying transactions
+
+// borrowed keeps the router from closing a Subscriber the view does not own: a watermill
+// router closes its handlers' subscribers, and a broker shared with other consumers (or a
+// restarted view) must outlive this one. The subscription itself ends with the router's context.
+type borrowed struct{ message.Subscriber }
+
+func (borrowed) Close() error { return nil }
+
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return p.err.Error() }
+func (p *permanentError) Unwrap() error { return p.err }
+
+func (v *View) handle(msg *message.Message) error {
+	tx, err := cdc.DecodeTx(msg.Payload)
+	if err != nil {
+		if v.cfg.PoisonPublisher == nil {
+			v.cfg.Logger.Error("ivm: dropping an undecodable transaction", "uuid", msg.UUID, "err", err)
+			return nil
+		}
+		return &permanentError{err}
+	}
+	select {
+	case <-v.ready:
+	case <-msg.Context().Done():
+		return msg.Context().Err()
+	}
+	v.apply(tx)
+	if f := v.cfg.OnApplyFunc; f != nil {
+		f(tx, time.Since(tx.CommitTime))
+	}
+	return nil
+}
+
+// apply routes a transaction's events to the entries they touch.
+func (v *View) apply(tx *cdc.Tx) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, ev := range tx.Events {
+		if ev.Kind == cdc.Truncated {
+			// The tables were emptied: nothing held is true any more. Misses reload.
+			for _, e := range v.entries {
+				v.dropLocked(e)
+			}
+			return
+		}
+	}
+	touched := map[string]bool{}
+	for _, ev := range tx.Events {
+		if touched[ev.StreamID] {
+			continue
+		}
+		touched[ev.StreamID] = true
+		e := v.entries[ev.StreamID]
+		switch {
+		case e == nil:
+			// Only a new row starts an entry from events alone; anything else about a message
+			// the view does not hold is read from the database when someone asks.
+			if ev.Kind == cdc.MessageChanged && ev.Created {
+				e = &entry{id: ev.StreamID, changed: make(chan struct{})}
+				v.entries[ev.StreamID] = e
+				v.applyToLocked(e, tx)
+			}
+		case e.loading:
+			e.pending = append(e.pending, tx)
+		default:
+			v.applyToLocked(e, tx)
+		}
+	}
+	v.evictLocked()
+}
+
+// applyToLocked applies tx's events for e, unless e already reflects tx: it was in e's load
+// snapshot, or e has applied it (a redelivery after a reader restart).
+func (v *View) applyToLocked(e *entry, tx *cdc.Tx) {
+	if e.snap != nil && e.snap.visible(tx.Xid) {
+		return
+	}
+	if tx.EndLSN != 0 && tx.EndLSN <= e.lastLSN {
+		return
+	}
+	deleted, appendOnly := false, true
+	for _, ev := range tx.Events {
+		if ev.StreamID != e.id {
+			continue
+		}
+		switch ev.Kind {
+		case cdc.ChunkAppended:
+			i := sort.Search(len(e.chunks), func(i int) bool { return e.chunks[i].seq >= ev.Seq })
+			if i == len(e.chunks) || e.chunks[i].seq != ev.Seq {
+				e.chunks = append(e.chunks, chunk{})
+				copy(e.chunks[i+1:], e.chunks[i:])
+				e.chunks[i] = chunk{seq: ev.Seq, text: ev.Text}
+			}
+		case cdc.ChunkDeleted:
+			i := sort.Search(len(e.chunks), func(i int) bool { return e.chunks[i].seq >= ev.Seq })
+			if i < len(e.chunks) && e.chunks[i].seq == ev.Seq {
+				e.chunks = append(e.chunks[:i], e.chunks[i+1:]...)
+			}
+			appendOnly = false
+		case cdc.MessageChanged:
+			e.rowSeq, e.status = ev.Seq, producer.Status(ev.Status)
+			e.errMsg = ""
+			if ev.Error != nil {
+				e.errMsg = *ev.Error
+			}
+			if ev.Body != nil && *ev.Body != e.body {
+				e.body = *ev.Body
+				appendOnly = false
+			}
+		case cdc.MessageDeleted:
+			deleted = true
+		}
+	}
+	e.lastLSN = tx.EndLSN
+	e.updated = tx.CommitTime
+	if deleted {
+		v.dropLocked(e)
+		return
+	}
+	v.settleLocked(e, appendOnly)
+}
+
+// settleLocked recomputes the exposed text and wakes waiters. The text is the body followed by
+// the chunks contiguous after it: a gap (which the guarded append never writes) is not shown,
+// so the view never exposes anything but a prefix of the produced text. appendOnly says the
+// change only added chunks, so the exposed text can be extended instead of rebuilt.
+func (v *View) settleLocked(e *entry, appendOnly bool) {
+	text, at := e.body, producer.Len16(e.body)
+	if appendOnly && e.seq >= at {
+		text, at = e.text, e.seq
+	}
+	var b strings.Builder
+	b.WriteString(text)
+	for _, c := range e.chunks {
+		from := c.seq - producer.Len16(c.text)
+		if c.seq <= at {
+			continue
+		}
+		if from != at {
+			break
+		}
+		b.WriteString(c.text)
+		at = c.seq
+	}
+	e.text, e.seq = b.String(), at
+	if e.status == producer.StatusStreaming {
+		if e.elem != nil {
+			v.settled.Remove(e.elem)
+			e.elem = nil
+		}
+	} else if e.elem == nil {
+		e.elem = v.settled.PushFront(e)
+	} else {
+		v.settled.MoveToFront(e.elem)
+	}
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+func (v *View) dropLocked(e *entry) {
+	if v.entries[e.id] == e {
+		delete(v.entries, e.id)
+	}
+	if e.elem != nil {
+		v.settled.Remove(e.elem)
+		e.elem = nil
+	}
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+func (v *View) evictLocked() {
+	for v.settled.Len() > v.cfg.MaxEntries {
+		v.dropLocked(v.settled.Back().Value.(*entry))
+	}
+}
+
+// ---- loading from the database
+
+// snapshot is a transaction snapshot (pg_current_snapshot): a transaction is visible in it when
+// it committed before the snapshot was taken. Compared in 32 bits, as pgoutput sends xids.
+type snapshot struct {
+	xmin, xmax uint32
+	xip        map[uint32]bool
+}
+
+func parseSnapshot(s string) (*snapshot, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("ivm: snapshot %q is not xmin:xmax:xip", s)
+	}
+	xmin, err1 := strconv.ParseUint(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("ivm: snapshot %q: %w", s, err)
+	}
+	snap := &snapshot{xmin: uint32(xmin), xmax: uint32(xmax), xip: map[uint32]bool{}}
+	if parts[2] != "" {
+		for _, x := range strings.Split(parts[2], ",") {
+			n, err := strconv.ParseUint(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("ivm: snapshot %q: %w", s, err)
+			}
+			snap.xip[uint32(n)] = true
+		}
+	}
+	return snap, nil
+}
+
+// precedes is xid order modulo 2^32, as PostgreSQL's TransactionIdPrecedes.
+func precedes(a, b uint32) bool { return int32(a-b) < 0 }
+
+func (s *snapshot) visible(xid uint32) bool {
+	if precedes(xid, s.xmin) {
+		return true
+	}
+	return precedes(xid, s.xmax) && !s.xip[xid]
+}
+
+// readTx runs f in a read-only REPEATABLE READ transaction and returns the snapshot it saw.
+func (v *View) readTx(ctx context.Context, f func(tx pgx.Tx) error) (*snapshot, error) {
+	var snap *snapshot
+	err := pgx.BeginTxFunc(ctx, v.cfg.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var s string
+		// The first statement fixes the transaction's snapshot; this one reads it.
+		if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&s); err != nil {
+			return err
+		}
+		var err error
+		if snap, err = parseSnapshot(s); err != nil {
+			return err
+		}
+		return f(tx)
+	})
+	return snap, err
+}
+
+func (v *View) readChunks(ctx context.Context, tx pgx.Tx, byID map[string]*entry) error {
+	ids := make([]string, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	rows, err := tx.Query(ctx, v.sqlChk, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, text string
+		var seq int64
+		if err := rows.Scan(&id, &seq, &text); err != nil {
+			return err
+		}
+		e := byID[id]
+		e.chunks = append(e.chunks, chunk{seq: producer.Seq(seq), text: text})
+	}
+	return rows.Err()
+}
+
+// bootstrap loads every streaming message in one snapshot.
+func (v *View) bootstrap(ctx context.Context) error {
+	loaded := map[string]*entry{}
+	snap, err := v.readTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, v.sqlAll)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			e := &entry{changed: make(chan struct{})}
+			var seq int64
+			var status string
+			var errMsg *string
+			if err := rows.Scan(&e.id, &e.body, &seq, &status, &errMsg); err != nil {
+				rows.Close()
+				return err
+			}
+			e.rowSeq, e.status = producer.Seq(seq), producer.Status(status)
+			if errMsg != nil {
+				e.errMsg = *errMsg
+			}
+			loaded[e.id] = e
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return v.readChunks(ctx, tx, loaded)
+	})
+	if err != nil {
+		return fmt.Errorf("ivm: bootstrap: %w", err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := time.Now()
+	for id, e := range loaded {
+		e.snap, e.updated = snap, now
+		v.entries[id] = e
+		v.settleLocked(e, false)
+	}
+	return nil
+}
+
+// entryFor returns id's entry, loading it from the database on a miss. Events that arrive
+// while it loads are held and applied after it, filtered by the load's snapshot, so nothing is
+// missed and nothing is applied twice.
+func (v *View) entryFor(ctx context.Context, id string) (*entry, error) {
+	select {
+	case <-v.ready:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	for {
+		v.mu.Lock()
+		e := v.entries[id]
+		if e != nil && !e.loading {
+			if e.elem != nil {
+				v.settled.MoveToFront(e.elem)
+			}
+			v.mu.Unlock()
+			return e, nil
+		}
+		if e != nil { // another caller is loading it: wait for that
+			ch := e.changed
+			v.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+		e = &entry{id: id, loading: true, changed: make(chan struct{})}
+		v.entries[id] = e
+		v.mu.Unlock()
+		return v.load(ctx, e)
+	}
+}
+
+func (v *View) load(ctx context.Context, e *entry) (*entry, error) {
+	found := false
+	snap, err := v.readTx(ctx, func(tx pgx.Tx) error {
+		var seq int64
+		var status string
+		var errMsg *string
+		err := tx.QueryRow(ctx, v.sqlRow, e.id).Scan(&e.body, &seq, &status, &errMsg)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		e.rowSeq, e.status = producer.Seq(seq), producer.Status(status)
+		if errMsg != nil {
+			e.errMsg = *errMsg
+		}
+		return v.readChunks(ctx, tx, map[string]*entry{e.id: e})
+	})
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil || !found {
+		v.dropLocked(e)
+		if err != nil {
+			return nil, fmt.Errorf("ivm: load message %s: %w", e.id, err)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, e.id)
+	}
+	e.snap, e.loading, e.updated = snap, false, time.Now()
+	pending := e.pending
+	e.pending = nil
+	v.settleLocked(e, false)
+	for _, tx := range pending {
+		v.applyToLocked(e, tx)
+	}
+	v.evictLocked() // may evict e itself: this read is still served from it
+	return e, nil
+}
