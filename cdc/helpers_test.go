@@ -2,7 +2,9 @@ package cdc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,4 +91,17 @@ func kinds(tx *cdc.Tx) string {
 		s += fmt.Sprintf("%s(%s:%d) ", e.Kind, e.StreamID, e.Seq)
 	}
 	return s
+}
+
+// switchPublisher refuses every publish while down: a broker outage.
+type switchPublisher struct {
+	message.Publisher
+	down atomic.Bool
+}
+
+func (s *switchPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if s.down.Load() {
+		return errors.New("broker unavailable")
+	}
+	return s.Publisher.Publish(topic, msgs...)
 }

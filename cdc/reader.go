@@ -22,15 +22,15 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultSlot            = "rindle_cdc"
-	DefaultPublication     = "rindle_cdc"
-	DefaultTopic           = "rindle.cdc"
-	DefaultStatusInterval  = time.Second
-	DefaultServerTimeout   = 60 * time.Second
-	DefaultReconnectDelay  = 500 * time.Millisecond
-	MaxReconnectDelay      = 30 * time.Second
-	DefaultPublishBackoff  = 100 * time.Millisecond
-	MaxPublishBackoff      = 5 * time.Second
+	DefaultSlot           = "rindle_cdc"
+	DefaultPublication    = "rindle_cdc"
+	DefaultTopic          = "rindle.cdc"
+	DefaultStatusInterval = time.Second
+	DefaultServerTimeout  = 60 * time.Second
+	DefaultReconnectDelay = 500 * time.Millisecond
+	MaxReconnectDelay     = 30 * time.Second
+	DefaultPublishBackoff = 100 * time.Millisecond
+	MaxPublishBackoff     = 5 * time.Second
 )
 
 // Errors a caller can act on.

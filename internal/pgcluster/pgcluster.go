@@ -43,6 +43,8 @@ type Config struct {
 	Ephemeral bool
 	// StartTimeout bounds pg_ctl start. Defaults to 60s.
 	StartTimeout time.Duration
+	// Settings override server settings (name → value), after the defaults above.
+	Settings map[string]string
 }
 
 // Cluster is a running server.
@@ -149,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Durable {
 		onOff = "on"
 	}
-	opts := strings.Join([]string{
+	settings := []string{
 		"-c listen_addresses=''",
 		"-k " + c.SocketDir,
 		"-c wal_level=logical",
@@ -161,7 +163,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		"-c fsync=" + onOff,
 		"-c synchronous_commit=" + onOff,
 		"-c full_page_writes=" + onOff,
-	}, " ")
+	}
+	names := make([]string, 0, len(cfg.Settings))
+	for name := range cfg.Settings {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		settings = append(settings, fmt.Sprintf("-c %s=%s", name, cfg.Settings[name]))
+	}
+	opts := strings.Join(settings, " ")
 	logFile := filepath.Join(dir, "postgres.log")
 	timeout := strconv.Itoa(int(cfg.StartTimeout.Seconds()))
 	if out, err := c.command(ctx, c.pgCtl, "start", "-w", "-t", timeout, "-D", c.data, "-l", logFile, "-o", opts).CombinedOutput(); err != nil {
