@@ -21,6 +21,9 @@ type decoder struct {
 }
 
 func newDecoder(t checkpoint.Tables) *decoder {
+	if resolved, err := checkpoint.ResolveTables(t); err == nil {
+		t = resolved // names that fail validation never reach here: New refuses them
+	}
 	return &decoder{t: t, relations: map[uint32]*pglogrepl.RelationMessage{}}
 }
 
@@ -46,6 +49,9 @@ func (d *decoder) feed(wal []byte) (done *Tx, err error) {
 			done, err = nil, fmt.Errorf("cdc: malformed %q message: %v", wal[0], r)
 		}
 	}()
+	if err := checkTupleFraming(wal); err != nil {
+		return nil, err
+	}
 	msg, err := pglogrepl.Parse(wal)
 	if err != nil {
 		return nil, fmt.Errorf("cdc: parse %q message: %w", wal[0], err)
@@ -204,5 +210,71 @@ func (d *decoder) row(relID uint32, tuple, old *pglogrepl.TupleData, created boo
 		}
 	}
 	d.tx.Events = append(d.tx.Events, ev)
+	return nil
+}
+
+// checkTupleFraming walks the tuples of an insert, update or delete (and a truncate's relation
+// list) and refuses a length that overruns the message, before pglogrepl allocates whatever
+// length a message claims (up to 4 GiB of data, or 16 GiB of relation ids, for a corrupt one). PostgreSQL never sends such a message; the check keeps a corrupt
+// one an error instead of an allocation storm.
+func checkTupleFraming(wal []byte) error {
+	rest := wal[1:]
+	tupleAt := func(b []byte) ([]byte, error) {
+		if len(b) < 2 {
+			return nil, errors.New("cdc: truncated tuple")
+		}
+		n := int(b[0])<<8 | int(b[1])
+		b = b[2:]
+		for i := 0; i < n; i++ {
+			if len(b) < 1 {
+				return nil, errors.New("cdc: truncated tuple column")
+			}
+			kind := b[0]
+			b = b[1:]
+			if kind != pglogrepl.TupleDataTypeText && kind != pglogrepl.TupleDataTypeBinary {
+				continue
+			}
+			if len(b) < 4 {
+				return nil, errors.New("cdc: truncated tuple column length")
+			}
+			size := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+			b = b[4:]
+			if size > uint64(len(b)) {
+				return nil, fmt.Errorf("cdc: a tuple column claims %d bytes, %d remain", size, len(b))
+			}
+			b = b[size:]
+		}
+		return b, nil
+	}
+	switch wal[0] {
+	case 'I', 'U', 'D':
+	case 'T':
+		// A truncate lists its relations: 4 bytes each after the count and an options byte.
+		if len(rest) < 5 {
+			return errors.New("cdc: truncated truncate message")
+		}
+		n := uint64(rest[0])<<24 | uint64(rest[1])<<16 | uint64(rest[2])<<8 | uint64(rest[3])
+		if n*4 > uint64(len(rest)-5) {
+			return fmt.Errorf("cdc: a truncate claims %d relations in %d bytes", n, len(rest)-5)
+		}
+		return nil
+	default:
+		return nil
+	}
+	if len(rest) < 5 {
+		return errors.New("cdc: truncated row message")
+	}
+	rest = rest[4:] // relation id
+	for len(rest) > 0 {
+		switch rest[0] {
+		case 'N', 'K', 'O':
+			var err error
+			if rest, err = tupleAt(rest[1:]); err != nil {
+				return err
+			}
+		default:
+			return nil // not a tuple marker: let the parser judge the rest
+		}
+	}
 	return nil
 }
