@@ -58,7 +58,7 @@ func slotFor(db *pgtest.DB) string {
 	return name
 }
 
-func (w *world) newReader(t *testing.T) *cdc.Reader {
+func (w *world) newReader(t testing.TB) *cdc.Reader {
 	t.Helper()
 	r, err := cdc.New(cdc.Config{ConnString: w.db.URL, Slot: slotFor(w.db), Publisher: w.pub, StatusInterval: 50 * time.Millisecond,
 		OnPublishErrorFunc: func(error, *cdc.Tx, int) {}})
@@ -66,7 +66,7 @@ func (w *world) newReader(t *testing.T) *cdc.Reader {
 	return r
 }
 
-func (w *world) newView(t *testing.T, maxEntries int) *ivm.View {
+func (w *world) newView(t testing.TB, maxEntries int) *ivm.View {
 	t.Helper()
 	v, err := ivm.New(ivm.Config{Subscriber: w.broker, Pool: w.db.Pool, MaxEntries: maxEntries})
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func (w *world) newView(t *testing.T, maxEntries int) *ivm.View {
 	return v
 }
 
-func setup(t *testing.T) *world {
+func setup(t testing.TB) *world {
 	t.Helper()
 	w := &world{db: pgtest.NewDB(t)}
 	w.broker = gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
