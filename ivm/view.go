@@ -160,7 +160,9 @@ func New(cfg Config) (*View, error) {
 // Start subscribes, loads a snapshot of every streaming message, and returns once the view is
 // consistent. It runs the router in a goroutine it owns until Stop.
 func (v *View) Start(ctx context.Context) error {
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NewSlogLogger(v.cfg.Logger))
+	// The router narrates its lifecycle at INFO; for a library that is debug detail.
+	wmLogger := watermill.NewSlogLoggerWithLevelMapping(v.cfg.Logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, wmLogger)
 	if err != nil {
 		return err
 	}
@@ -177,7 +179,7 @@ func (v *View) Start(ctx context.Context) error {
 	}
 	// A transient failure (a database read for a loading entry) is retried; application is
 	// idempotent, so a retried or redelivered transaction changes nothing twice.
-	router.AddMiddleware(middleware.Retry{MaxRetries: 5, InitialInterval: 20 * time.Millisecond, MaxInterval: time.Second, Multiplier: 2, Logger: watermill.NewSlogLogger(v.cfg.Logger)}.Middleware)
+	router.AddMiddleware(middleware.Retry{MaxRetries: 5, InitialInterval: 20 * time.Millisecond, MaxInterval: time.Second, Multiplier: 2, Logger: wmLogger}.Middleware)
 	router.AddConsumerHandler("rindle-ivm", v.cfg.Topic, borrowed{v.cfg.Subscriber}, v.handle)
 	v.router = router
 	v.runDone = make(chan error, 1)

@@ -1,7 +1,8 @@
 // Command stream shows both planes end to end on a real PostgreSQL: it streams a synthetic
-// model answer, fans every delta out to a live reader, checkpoints chunk rows, lets a late reader
-// join from the durable text it finds in the database, seals the answer with compaction, and
-// checks contract S for both readers.
+// model answer, fans every delta out to a live reader, checkpoints chunk rows, follows them
+// through logical replication (cdc) into the incremental view (ivm), lets a late reader join
+// from the durable text the view holds, seals the answer with compaction, and checks contract S
+// for both readers and the view.
 //
 // With no DATABASE_URL it runs a private cluster from the machine's PostgreSQL binaries in
 // ./.rindle (kept between runs; -dir moves it). With DATABASE_URL it uses that database.
@@ -20,11 +21,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/pgcluster"
+	"github.com/rindle-sh/rindle-go/ivm"
 	"github.com/rindle-sh/rindle-go/migrations"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -82,6 +87,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer pool.Close()
 
+	// The durable plane as readers see it: the reader publishes committed transactions on an
+	// in-process broker, and the view applies them. The view subscribes before the reader starts.
+	broker := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	defer broker.Close()
+	view, err := ivm.New(ivm.Config{Subscriber: broker, Pool: pool})
+	if err != nil {
+		return err
+	}
+	if err := view.Start(ctx); err != nil {
+		return err
+	}
+	defer view.Stop()
+	reader, err := cdc.New(cdc.Config{ConnString: url, Slot: "rindle_example", Publisher: broker, StatusInterval: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	if err := reader.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		reader.Stop()
+		// The example's slot would otherwise hold WAL in the kept cluster between runs.
+		_ = reader.DropSlot(context.WithoutCancel(ctx))
+	}()
+
 	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(pool), Tables: checkpoint.DefaultTables()})
 	if err != nil {
 		return err
@@ -125,11 +155,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		produced.WriteString(tok)
 		if i == *tokens/2 {
-			// A reader that joins late reads the durable text from the database first, then
+			// A reader that joins late reads the durable text from the view first, then
 			// subscribes at its length: the live plane serves the rest.
-			if lateHeld, err = durableText(ctx, pool, id); err != nil {
+			m, err := view.Get(ctx, id)
+			if err != nil {
 				return err
 			}
+			lateHeld = m.Text
 			if late, err = plane.Subscribe(ctx, producer.SubscribeInput{StreamID: id, From: producer.Len16(lateHeld)}); err != nil {
 				return err
 			}
@@ -153,9 +185,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	fmt.Fprintf(stdout, "\n\nmessage %s: status %s, %d UTF-16 units, %d checkpoints before the seal\n", id, status, seq, checkpoints.Load())
-	fmt.Fprintf(stdout, "late reader joined at %d from the database's durable text\n", producer.Len16(lateHeld))
-	ok := liveText == produced.String() && lateText == produced.String() && body == produced.String()
-	fmt.Fprintf(stdout, "live reader, late reader and stored body equal the produced text: %t\n", ok)
+	fmt.Fprintf(stdout, "late reader joined at %d from the view's durable text\n", producer.Len16(lateHeld))
+	// The view follows the seal through replication.
+	final, err := view.Wait(ctx, id, 0)
+	for err == nil && !final.Status.Terminal() {
+		final, err = view.Wait(ctx, id, final.Seq)
+	}
+	if err != nil {
+		return err
+	}
+	ok := liveText == produced.String() && lateText == produced.String() && body == produced.String() && final.Text == produced.String()
+	fmt.Fprintf(stdout, "live reader, late reader, stored body and view (%s) equal the produced text: %t\n", final.Status, ok)
 	if !ok {
 		return errors.New("contract S failed")
 	}
@@ -178,14 +218,6 @@ func read(ctx context.Context, sub *producer.Subscription, held string, out io.W
 		text, _ = producer.Splice(text, f)
 	}
 	return text
-}
-
-// durableText is what a durable-plane reader sees: the body, then the chunks in seq order.
-func durableText(ctx context.Context, pool *pgxpool.Pool, id string) (string, error) {
-	var text string
-	err := pool.QueryRow(ctx, `SELECT m.body || coalesce(string_agg(c.text, '' ORDER BY c.seq), '')
-		FROM messages m LEFT JOIN message_chunks c ON c.stream_id = m.id WHERE m.id = $1 GROUP BY m.body`, id).Scan(&text)
-	return text, err
 }
 
 // ensureDatabase creates db on the server if it is missing and returns a URL for it.
