@@ -21,7 +21,7 @@ type decoder struct {
 }
 
 func newDecoder(t checkpoint.Tables) *decoder {
-	if resolved, err := checkpoint.ResolveTables(t); err == nil {
+	if resolved, err := checkpoint.ResolveTables(&t); err == nil {
 		t = resolved // names that fail validation never reach here: New refuses them
 	}
 	return &decoder{t: t, relations: map[uint32]*pglogrepl.RelationMessage{}}

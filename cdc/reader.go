@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/startstop"
 )
 
 // Defaults of Config.
@@ -99,10 +99,7 @@ type Reader struct {
 	acked                         atomic.Uint64
 	stalled                       atomic.Bool
 
-	mu     sync.Mutex
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-	err    error
+	runner startstop.Runner
 }
 
 // New validates cfg.
@@ -136,11 +133,7 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	tables := checkpoint.DefaultTables()
-	if cfg.Tables != nil {
-		tables = *cfg.Tables
-	}
-	resolved, err := checkpoint.ResolveTables(tables)
+	resolved, err := checkpoint.ResolveTables(cfg.Tables)
 	if err != nil {
 		return nil, err
 	}
@@ -260,8 +253,6 @@ func (r *Reader) Stats() Stats {
 	}
 }
 
-var errStop = errors.New("cdc: reader stopped")
-
 // Start runs Setup, then reads in a goroutine it owns until Stop: a lost connection is
 // reconnected with backoff and resumes from the slot's confirmed position. A slot held by
 // another reader is retried the same way, so a standby reader takes over when the leader dies.
@@ -269,32 +260,11 @@ func (r *Reader) Start(ctx context.Context) error {
 	if err := r.Setup(ctx); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done != nil {
-		return errors.New("cdc: reader already started")
-	}
-	ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		r.loop(ctx)
-	}()
-	return nil
+	return r.runner.Start(ctx, r.loop)
 }
 
 // Stop stops reading and returns once the goroutine has. Safe to call twice.
-func (r *Reader) Stop() {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.cancel = nil
-	r.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel(errStop)
-	<-done
-}
+func (r *Reader) Stop() { r.runner.Stop() }
 
 func (r *Reader) loop(ctx context.Context) {
 	delay := DefaultReconnectDelay

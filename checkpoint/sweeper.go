@@ -2,11 +2,11 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/rindle-sh/rindle-go/internal/startstop"
 )
 
 // Defaults of LeaseConfig and SweeperConfig.
@@ -40,10 +40,7 @@ type Lease struct {
 	cfg    LeaseConfig
 	renew  string
 	remove string
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	runner startstop.Runner
 }
 
 // NewLease validates cfg.
@@ -98,42 +95,20 @@ func (l *Lease) Start(ctx context.Context) error {
 	if err := l.Renew(ctx); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done != nil {
-		return errors.New("lease: already started")
-	}
-	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	l.done = make(chan struct{})
-	go func() {
-		defer close(l.done)
-		t := time.NewTicker(l.cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := l.Renew(ctx); err != nil && ctx.Err() == nil {
-					l.cfg.Logger.Error("lease renewal failed; the sweeper may seal this host's streams if it lapses", "host", l.cfg.HostID, "err", err)
-				}
+	return l.runner.Start(ctx, func(ctx context.Context) {
+		startstop.Every(ctx, l.cfg.Interval, func(ctx context.Context) {
+			if err := l.Renew(ctx); err != nil && ctx.Err() == nil {
+				l.cfg.Logger.Error("lease renewal failed; the sweeper may seal this host's streams if it lapses", "host", l.cfg.HostID, "err", err)
 			}
-		}
-	}()
-	return nil
+		})
+	})
 }
 
 // Stop ends the renewals and releases the lease. Safe to call twice.
 func (l *Lease) Stop() {
-	l.mu.Lock()
-	cancel, done := l.cancel, l.done
-	l.cancel = nil
-	l.mu.Unlock()
-	if cancel == nil {
+	if !l.runner.Stop() {
 		return
 	}
-	cancel()
-	<-done
 	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
 	if err := l.cfg.DB.Batch(ctx, Statement{SQL: l.remove, Args: []any{l.cfg.HostID}}); err != nil {
@@ -167,12 +142,9 @@ type SweeperConfig struct {
 // rows are claimed FOR UPDATE SKIP LOCKED, so two sweepers never seal the same row twice, and a
 // sweep that races a producer's own compaction waits for it and then finds the row sealed.
 type Sweeper struct {
-	cfg   SweeperConfig
-	sweep string
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	cfg    SweeperConfig
+	sweep  string
+	runner startstop.Runner
 }
 
 // NewSweeper validates cfg.
@@ -237,40 +209,14 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
 
 // Start sweeps every Interval in a goroutine it owns until Stop.
 func (s *Sweeper) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		return errors.New("sweeper: already started")
-	}
-	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(s.cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if _, err := s.SweepOnce(ctx); err != nil && ctx.Err() == nil {
-					s.cfg.Logger.Error("sweep failed", "err", err)
-				}
+	return s.runner.Start(ctx, func(ctx context.Context) {
+		startstop.Every(ctx, s.cfg.Interval, func(ctx context.Context) {
+			if _, err := s.SweepOnce(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Error("sweep failed", "err", err)
 			}
-		}
-	}()
-	return nil
+		})
+	})
 }
 
 // Stop ends the sweeps. Safe to call twice.
-func (s *Sweeper) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel = nil
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (s *Sweeper) Stop() { s.runner.Stop() }

@@ -141,8 +141,12 @@ func ChunkTableDDL(t Tables) ([]string, error) {
 }
 
 // ResolveTables applies the defaults to t and validates its names, for packages that read the
-// same tables (cdc, ivm).
-func ResolveTables(t Tables) (Tables, error) {
-	t = t.resolve()
-	return t, t.validate()
+// same tables (cdc, ivm). A nil t means DefaultTables().
+func ResolveTables(t *Tables) (Tables, error) {
+	r := DefaultTables()
+	if t != nil {
+		r = *t
+	}
+	r = r.resolve()
+	return r, r.validate()
 }

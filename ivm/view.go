@@ -130,11 +130,7 @@ func New(cfg Config) (*View, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	tables := checkpoint.DefaultTables()
-	if cfg.Tables != nil {
-		tables = *cfg.Tables
-	}
-	t, err := checkpoint.ResolveTables(tables)
+	t, err := checkpoint.ResolveTables(cfg.Tables)
 	if err != nil {
 		return nil, err
 	}
