@@ -119,6 +119,13 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.Topic == "" {
 		cfg.Topic = DefaultTopic
 	}
+	// Both names travel inside replication commands and plugin arguments: keep them to what
+	// PostgreSQL accepts for a slot name, so no quoting is ever needed.
+	for field, name := range map[string]string{"Slot": cfg.Slot, "Publication": cfg.Publication} {
+		if !validName(name) {
+			return nil, fmt.Errorf("cdc: Config.%s %q must be 1-63 lowercase letters, digits and underscores", field, name)
+		}
+	}
 	for field, v := range map[string]time.Duration{"StatusInterval": cfg.StatusInterval, "ServerTimeout": cfg.ServerTimeout} {
 		if v < 0 {
 			return nil, fmt.Errorf("cdc: Config.%s must not be negative", field)
@@ -433,4 +440,16 @@ func (r *Reader) publish(ctx context.Context, tx *Tx, status func(context.Contex
 			return fmt.Errorf("cdc: standby status while stalled: %w", err)
 		}
 	}
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +106,12 @@ func TestReaderConfigRefusals(t *testing.T) {
 	require.ErrorContains(t, err, "ConnString is required")
 	_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere"})
 	require.ErrorContains(t, err, "Publisher is required")
+	for _, bad := range []string{"Bad", "a'b", "x-y", strings.Repeat("s", 64)} {
+		_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), Slot: bad})
+		require.ErrorContains(t, err, "Config.Slot", bad)
+		_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), Publication: bad})
+		require.ErrorContains(t, err, "Config.Publication", bad)
+	}
 }
 
 func TestReaderRefusesWithoutLogicalWAL(t *testing.T) {
