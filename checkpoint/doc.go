@@ -15,7 +15,14 @@
 // and deletes the chunks. Every statement is idempotent under replay, so the plane's "retry until
 // it sticks" needs no dedup ledger.
 //
-// A Store holds no goroutines and no state beyond its configuration; it is safe for concurrent
-// use. Errors a caller can act on: *producer.OpenRefusedError (errors.Is ErrOpenRefused) from
-// CheckOpenable and Open; *ConfigError from New. Other errors name the stream and offsets.
+// Appends and the seal apply only to a row that is still streaming (a departure from DESIGN §5's
+// SQL, made for the sweeper): once the Sweeper has sealed the row of a host whose lease lapsed,
+// that host's producer, should it still be running, is fenced out with producer.ErrFenced
+// instead of writing into a sealed row.
+//
+// Store and Sweeper hold no state beyond their configuration and are safe for concurrent use;
+// Lease and Sweeper each own one goroutine between Start and Stop. Errors a caller can act on:
+// *producer.OpenRefusedError (errors.Is ErrOpenRefused) from CheckOpenable and Open; ErrFenced
+// from Append and Close; *ConfigError from the constructors. Other errors name the stream and
+// offsets.
 package checkpoint

@@ -49,7 +49,7 @@ var _ producer.WholeBodyCommitter = (*Store)(nil)
 
 // statements is the Store's SQL, built once from the mapping.
 type statements struct {
-	probeOpen, markStreaming, probeHost, insertChunk, casSeq, readState, compactBody, deleteChunks string
+	probeOpen, markStreaming, probeHost, insertChunk, casSeq, readState, compactBody, deleteChunks, readSeal string
 }
 
 // New validates cfg and returns a Store.
@@ -72,14 +72,20 @@ func New(cfg Config) (*Store, error) {
 	msg := q(t.Message)
 	s := statements{
 		probeOpen: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), msg, q(c.Key)),
-		// Both checkpoint statements are guarded by the same seq = from predicate: the CAS refuses
+		// Both checkpoint statements are guarded by the same predicate. seq = from: the CAS refuses
 		// to apply twice or out of order, and the guarded insert makes a stale re-cover a no-op
-		// (an unguarded one would land an overlapping chunk under another id). ON CONFLICT is the
-		// belt under those braces.
-		insertChunk: fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s) SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM %s WHERE %s = $2 AND %s = $5) ON CONFLICT DO NOTHING",
-			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), msg, q(c.Key), q(c.Seq)),
-		casSeq:       fmt.Sprintf("UPDATE %s SET %s = $1 WHERE %s = $2 AND %s = $3", msg, q(c.Seq), q(c.Key), q(c.Seq)),
-		deleteChunks: fmt.Sprintf("DELETE FROM %s WHERE %s = $1", q(t.Chunks), q(c.ChunkStream)),
+		// (an unguarded one would land an overlapping chunk under another id). status =
+		// 'streaming': a departure from DESIGN §5's SQL, which fences a zombie producer (its
+		// lease lapsed, the sweeper sealed its row) out of a sealed row. ON CONFLICT is the belt
+		// under those braces.
+		insertChunk: fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s) SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM %s WHERE %s = $2 AND %s = $5 AND %s = 'streaming') ON CONFLICT DO NOTHING",
+			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), msg, q(c.Key), q(c.Seq), q(c.Status)),
+		casSeq: fmt.Sprintf("UPDATE %s SET %s = $1 WHERE %s = $2 AND %s = $3 AND %s = 'streaming'", msg, q(c.Seq), q(c.Key), q(c.Seq), q(c.Status)),
+		// The chunks go only if this compaction's own update landed: a fenced compaction must not
+		// delete chunks it did not fold into the body.
+		deleteChunks: fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND EXISTS (SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 AND %s = $3)",
+			q(t.Chunks), q(c.ChunkStream), msg, q(c.Key), q(c.Status), q(c.Seq)),
+		readSeal: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", q(c.Status), q(c.Seq), msg, q(c.Key)),
 	}
 	if c.Host != "" {
 		// The CAS half of the single-flight guard: claim the row only if no producer holds it.
@@ -89,14 +95,16 @@ func New(cfg Config) (*Store, error) {
 		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming' WHERE %s = $1", msg, q(c.Status), q(c.Key))
 	}
 	if c.Cancel != "" {
-		s.readState = fmt.Sprintf("SELECT %s, COALESCE((%s)::boolean, false) FROM %s WHERE %s = $1", q(c.Seq), q(c.Cancel), msg, q(c.Key))
+		s.readState = fmt.Sprintf("SELECT %s, %s, COALESCE((%s)::boolean, false) FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), q(c.Cancel), msg, q(c.Key))
 	} else {
-		s.readState = fmt.Sprintf("SELECT %s, false FROM %s WHERE %s = $1", q(c.Seq), msg, q(c.Key))
+		s.readState = fmt.Sprintf("SELECT %s, %s, false FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), msg, q(c.Key))
 	}
+	// Compaction seals only a row that is still streaming; its read-back (readSeal) tells a
+	// retried seal whose first reply was lost (the row already holds this seal) from a fence.
 	if c.Error != "" {
-		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3, %s = $4 WHERE %s = $5", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Error), q(c.Key))
+		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3, %s = $4 WHERE %s = $5 AND %s = 'streaming'", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Error), q(c.Key), q(c.Status))
 	} else {
-		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3 WHERE %s = $4", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Key))
+		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3 WHERE %s = $4 AND %s = 'streaming'", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Key), q(c.Status))
 	}
 	return &Store{db: cfg.DB, t: t, token: token, sqlOf: s, hasCan: c.Cancel != ""}, nil
 }
@@ -172,12 +180,15 @@ func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.A
 	if err != nil {
 		// The batch may have committed with only its reply lost: a row at or past this slice's
 		// end means it landed.
-		if st, rerr := s.readState(ctx, in.StreamID); rerr == nil && st.Durable >= in.Seq {
+		if st, rerr := s.readState(ctx, in.StreamID); (rerr == nil || errors.Is(rerr, producer.ErrFenced)) && st.Durable >= in.Seq {
 			return st, nil
 		}
 		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: %w", in.StreamID, in.From, in.Seq, err)
 	}
 	st, err := s.readState(ctx, in.StreamID)
+	if errors.Is(err, producer.ErrFenced) && st.Durable >= in.Seq {
+		return st, nil // it landed before the row was sealed; the next append learns of the fence
+	}
 	if err != nil {
 		// Load-bearing: claiming durability the store did not confirm is the one dishonesty this
 		// plane refuses. The retry is safe: a replayed slice no-ops on the guard and confirms on
@@ -190,7 +201,7 @@ func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.A
 // DurableSeq reads the row's authoritative length.
 func (s *Store) DurableSeq(ctx context.Context, streamID string) (producer.Seq, error) {
 	st, err := s.readState(ctx, streamID)
-	if err != nil {
+	if err != nil && !errors.Is(err, producer.ErrFenced) {
 		return 0, fmt.Errorf("stream %s: read durable length: %w", streamID, err)
 	}
 	return st.Durable, nil
@@ -200,8 +211,9 @@ func (s *Store) DurableSeq(ctx context.Context, streamID string) (producer.Seq, 
 // in one indexed point read.
 func (s *Store) readState(ctx context.Context, streamID string) (producer.AppendResult, error) {
 	var seq *int64
+	var status *string
 	var cancel bool
-	err := s.db.QueryRow(ctx, s.sqlOf.readState, []any{streamID}, &seq, &cancel)
+	err := s.db.QueryRow(ctx, s.sqlOf.readState, []any{streamID}, &seq, &status, &cancel)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return producer.AppendResult{}, fmt.Errorf("no message row %q in %q", streamID, s.t.Message)
 	}
@@ -211,7 +223,19 @@ func (s *Store) readState(ctx context.Context, streamID string) (producer.Append
 	if seq == nil {
 		return producer.AppendResult{}, fmt.Errorf("message row %q has a NULL %q", streamID, s.t.Columns.Seq)
 	}
-	return producer.AppendResult{Durable: producer.Seq(*seq), ReadBack: true, CancelRequested: cancel}, nil
+	return producer.AppendResult{Durable: producer.Seq(*seq), ReadBack: true, CancelRequested: cancel}, fenced(streamID, status)
+}
+
+// fenced returns an error wrapping producer.ErrFenced unless the row is still streaming.
+func fenced(streamID string, status *string) error {
+	if status != nil && *status == string(producer.StatusStreaming) {
+		return nil
+	}
+	st := "NULL"
+	if status != nil {
+		st = *status
+	}
+	return fmt.Errorf("stream %s: the row is %s: %w", streamID, st, producer.ErrFenced)
 }
 
 // Close is compaction: the whole body, its length, the status (and error, when mapped) in the
@@ -236,9 +260,18 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 	args = append(args, in.StreamID)
 	if err := s.db.Batch(ctx,
 		Statement{SQL: s.sqlOf.compactBody, Args: args},
-		Statement{SQL: s.sqlOf.deleteChunks, Args: []any{in.StreamID}},
+		Statement{SQL: s.sqlOf.deleteChunks, Args: []any{in.StreamID, string(in.Status), int64(n)}},
 	); err != nil {
 		return fmt.Errorf("stream %s: close %s at %d: %w", in.StreamID, in.Status, in.Seq, err)
+	}
+	// The guarded update reports no row count: the row itself says whether this seal holds.
+	var status string
+	var seq int64
+	if err := s.db.QueryRow(ctx, s.sqlOf.readSeal, []any{in.StreamID}, &status, &seq); err != nil {
+		return fmt.Errorf("stream %s: close %s at %d: read-back: %w", in.StreamID, in.Status, in.Seq, err)
+	}
+	if status != string(in.Status) || producer.Seq(seq) != n {
+		return fmt.Errorf("stream %s: close %s at %d: the row holds %s at %d: %w", in.StreamID, in.Status, in.Seq, status, seq, producer.ErrFenced)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // openAs opens a stream on its own plane whose store writes hostID, and checkpoints text.
-func openAs(t *testing.T, b *bundle, hostID, id, text string) *producer.Plane {
+func openAs(t *testing.T, b *bundle, hostID, id, text string) *producer.LiveStream {
 	t.Helper()
 	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(b.db.Pool), Tables: checkpoint.DefaultTables(), HostID: hostID})
 	require.NoError(t, err)
@@ -33,7 +33,7 @@ func openAs(t *testing.T, b *bundle, hostID, id, text string) *producer.Plane {
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.Push("never checkpointed"))
-	return plane
+	return s
 }
 
 func TestSweeperSealsOnlyOrphans(t *testing.T) {
@@ -96,4 +96,46 @@ func TestLeaseAndSweeperConfigRefusals(t *testing.T) {
 	require.ErrorContains(t, err, "Tables.Columns.Host")
 	_, err = checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.DefaultTables(), HostsTable: `x"y`})
 	require.Error(t, err)
+}
+
+// TestAZombieProducerIsFencedOutOfASweptRow: a producer whose lease lapsed but which still runs
+// (a partition, a stalled VM) must not write into the row the sweeper sealed.
+func TestAZombieProducerIsFencedOutOfASweptRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	zombie := openAs(t, b, "lapsed-host", "z", "checkpointed before the lapse")
+	sw, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: checkpoint.PoolDB(b.db.Pool), Tables: checkpoint.DefaultTables()})
+	require.NoError(t, err)
+	n, err := sw.SweepOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	swept := b.durable(t, "z")
+	require.Equal(t, "interrupted", swept.status)
+
+	require.NoError(t, zombie.Push(" and more after it"))
+	_, err = zombie.Flush(ctx)
+	require.ErrorIs(t, err, producer.ErrFenced, "the guarded append refuses a sealed row")
+	require.ErrorIs(t, err, producer.ErrNotDurable)
+	err = zombie.Close(ctx)
+	require.ErrorIs(t, err, producer.ErrFenced, "compaction refuses a sealed row")
+
+	after := b.durable(t, "z")
+	require.Equal(t, swept.text, after.text, "the sweeper's seal stands")
+	require.Equal(t, "interrupted", after.status)
+	require.Zero(t, after.chunks)
+}
+
+// TestARetriedSealWhoseReplyWasLostSucceeds: compaction is guarded now, so its retry must read
+// back its own seal rather than mistake it for a fence.
+func TestARetriedSealWhoseReplyWasLostSucceeds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := b.open(t, "m1")
+	require.NoError(t, s.Push("sealed once"))
+	b.fdb.set(func(f *faultDB) { f.loseAck = 1 })
+	require.NoError(t, s.Close(t.Context()))
+	r := b.durable(t, "m1")
+	require.Equal(t, "complete", r.status)
+	require.Equal(t, "sealed once", r.text)
 }

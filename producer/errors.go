@@ -18,6 +18,10 @@ var (
 	ErrInvalidText = errors.New("invalid UTF-8 in pushed text")
 	// ErrNotDurable: a flush or seal could not make the produced text durable.
 	ErrNotDurable = errors.New("produced text is not durable")
+	// ErrFenced: the store no longer accepts this producer's writes, because someone else
+	// sealed the stream (the sweeper, after this host's lease lapsed). A verdict: the plane
+	// does not retry it, and the stream's text stays as the other writer sealed it.
+	ErrFenced = errors.New("stream sealed by another writer")
 )
 
 // OpenRefusedError is a settled verdict about the app's data: the message row is missing, its

@@ -195,8 +195,8 @@ func (p *Plane) retire(s *LiveStream) {
 }
 
 // retry runs one commit step with the checkpoint retry policy: each attempt bounded by
-// CommitTimeout, backoff doubling from RetryBackoff in real time. A refused open is a verdict,
-// not a blip, and is returned at once.
+// CommitTimeout, backoff doubling from RetryBackoff in real time. A refused open or a fence is
+// a verdict, not a blip, and is returned at once.
 func (p *Plane) retry(ctx context.Context, step func(context.Context) error) error {
 	var last error
 	for attempt := 0; attempt <= p.cfg.CheckpointRetries; attempt++ {
@@ -215,7 +215,7 @@ func (p *Plane) retry(ctx context.Context, step func(context.Context) error) err
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrOpenRefused) {
+		if errors.Is(err, ErrOpenRefused) || errors.Is(err, ErrFenced) {
 			return err
 		}
 		last = err
