@@ -1,0 +1,245 @@
+// Package otel owns the project's OpenTelemetry setup and instruments: one Setup that builds the
+// trace and metric providers (OTLP/HTTP when an endpoint is configured, Prometheus always) with
+// W3C trace-context propagation, and Instruments that turn the planes' observations into
+// metrics and spans.
+//
+// It owns no business rules and sets no globals: cmd/rindled alone decides whether to install
+// the providers globally. It observes the other packages only through the hooks they already
+// expose (producer.Config.OnCheckpointFunc and OnCheckpointErrorFunc, ivm.Config.OnApplyFunc,
+// a slot-lag callback).
+//
+// Histograms carry explicit buckets in seconds (the SDK's defaults suit milliseconds).
+//
+// Lifecycle: Setup returns a shutdown function that flushes and stops the exporters; call it
+// once, with a deadline. Errors: Setup fails on an unusable endpoint or a duplicate instrument.
+package otel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// ScopeName is the instrumentation scope of every instrument and span here.
+const ScopeName = "github.com/rindle-sh/rindle-go"
+
+// Config configures Setup.
+type Config struct {
+	// ServiceName names the service in the resource. Defaults to "rindled".
+	ServiceName string
+	// ServiceVersion is the build's version, if known.
+	ServiceVersion string
+	// OTLPEndpoint is the base URL of an OTLP/HTTP collector (OTEL_EXPORTER_OTLP_ENDPOINT,
+	// e.g. http://collector:4318); traces go to /v1/traces and metrics to /v1/metrics. Empty
+	// means no OTLP export: metrics stay on the Prometheus handler, spans go nowhere unless
+	// SpanExporter is set.
+	OTLPEndpoint string
+	// MetricInterval is the OTLP metric push cadence. Defaults to 15s.
+	MetricInterval time.Duration
+	// SpanExporter, if set, also receives every span, synchronously (tests use an in-memory one).
+	SpanExporter sdktrace.SpanExporter
+	// MetricReader, if set, also reads every metric (tests use a manual reader).
+	MetricReader sdkmetric.Reader
+}
+
+// Telemetry is what Setup built.
+type Telemetry struct {
+	TracerProvider *sdktrace.TracerProvider
+	MeterProvider  *sdkmetric.MeterProvider
+	// Propagator is W3C trace context plus baggage (the global default propagates nothing).
+	Propagator propagation.TextMapPropagator
+	// MetricsHandler serves Prometheus text at /metrics.
+	MetricsHandler http.Handler
+	Instruments    *Instruments
+}
+
+// Setup builds the providers and the project's instruments. The returned shutdown flushes
+// and stops every exporter.
+func Setup(ctx context.Context, cfg Config) (*Telemetry, func(context.Context) error, error) {
+	if cfg.ServiceName == "" {
+		cfg.ServiceName = "rindled"
+	}
+	if cfg.MetricInterval < 0 {
+		return nil, nil, errors.New("otel: Config.MetricInterval must not be negative")
+	}
+	if cfg.MetricInterval == 0 {
+		cfg.MetricInterval = 15 * time.Second
+	}
+	attrs := []attribute.KeyValue{semconv.ServiceName(cfg.ServiceName)}
+	if cfg.ServiceVersion != "" {
+		attrs = append(attrs, semconv.ServiceVersion(cfg.ServiceVersion))
+	}
+	// resource.New, not a merge with resource.Default(): merging resources of two semconv
+	// versions is an error.
+	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithTelemetrySDK(), resource.WithHost(), resource.WithProcessPID())
+	if err != nil {
+		return nil, nil, fmt.Errorf("otel: resource: %w", err)
+	}
+
+	var shutdowns []func(context.Context) error
+	shutdown := func(ctx context.Context) error {
+		var errs []error
+		for i := len(shutdowns) - 1; i >= 0; i-- {
+			errs = append(errs, shutdowns[i](ctx))
+		}
+		return errors.Join(errs...)
+	}
+
+	traceOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	metricOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	if cfg.SpanExporter != nil {
+		traceOpts = append(traceOpts, sdktrace.WithSyncer(cfg.SpanExporter))
+	}
+	if cfg.MetricReader != nil {
+		metricOpts = append(metricOpts, sdkmetric.WithReader(cfg.MetricReader))
+	}
+	if ep := strings.TrimRight(cfg.OTLPEndpoint, "/"); ep != "" {
+		spans, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(ep+"/v1/traces"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("otel: OTLP trace exporter for %s: %w", ep, err)
+		}
+		traceOpts = append(traceOpts, sdktrace.WithBatcher(spans))
+		metrics, err := otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(ep+"/v1/metrics"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("otel: OTLP metric exporter for %s: %w", ep, err)
+		}
+		metricOpts = append(metricOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metrics, sdkmetric.WithInterval(cfg.MetricInterval))))
+	}
+	// Prometheus on a registry of our own: nothing global.
+	registry := prometheus.NewRegistry()
+	prom, err := promexporter.New(promexporter.WithRegisterer(registry))
+	if err != nil {
+		return nil, nil, fmt.Errorf("otel: prometheus exporter: %w", err)
+	}
+	metricOpts = append(metricOpts, sdkmetric.WithReader(prom))
+
+	tp := sdktrace.NewTracerProvider(traceOpts...)
+	shutdowns = append(shutdowns, tp.Shutdown)
+	mp := sdkmetric.NewMeterProvider(metricOpts...)
+	shutdowns = append(shutdowns, mp.Shutdown)
+	inst, err := NewInstruments(mp, tp)
+	if err != nil {
+		_ = shutdown(ctx)
+		return nil, nil, err
+	}
+	return &Telemetry{
+		TracerProvider: tp,
+		MeterProvider:  mp,
+		Propagator:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		MetricsHandler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		Instruments:    inst,
+	}, shutdown, nil
+}
+
+// Buckets, in seconds.
+var (
+	lagBuckets      = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30}        //nolint:gochecknoglobals // read-only bucket layout
+	durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10} //nolint:gochecknoglobals // read-only bucket layout
+	sizeBuckets     = []float64{1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536}                    //nolint:gochecknoglobals // read-only bucket layout
+)
+
+// Instruments are the project's metrics and its tracer.
+type Instruments struct {
+	tracer             trace.Tracer
+	meter              metric.Meter
+	durabilityLag      metric.Float64Histogram
+	checkpointSize     metric.Int64Histogram
+	checkpointDuration metric.Float64Histogram
+	checkpointFailures metric.Int64Counter
+	cdcLag             metric.Float64Histogram
+}
+
+// NewInstruments creates the instruments on mp and a tracer on tp.
+func NewInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*Instruments, error) {
+	m := mp.Meter(ScopeName)
+	i := &Instruments{tracer: tp.Tracer(ScopeName), meter: m}
+	var errs [5]error
+	i.durabilityLag, errs[0] = m.Float64Histogram("rindle.durability.lag", metric.WithUnit("s"),
+		metric.WithDescription("Time from a character's production to the store confirming it (the oldest character of each checkpoint)."),
+		metric.WithExplicitBucketBoundaries(lagBuckets...))
+	i.checkpointSize, errs[1] = m.Int64Histogram("rindle.checkpoint.size", metric.WithUnit("{char}"),
+		metric.WithDescription("UTF-16 code units per checkpoint."), metric.WithExplicitBucketBoundaries(sizeBuckets...))
+	i.checkpointDuration, errs[2] = m.Float64Histogram("rindle.checkpoint.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a checkpoint's commit took, retries included."), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	i.checkpointFailures, errs[3] = m.Int64Counter("rindle.checkpoint.failures",
+		metric.WithDescription("Checkpoints that exhausted their retries (a durability stall)."))
+	i.cdcLag, errs[4] = m.Float64Histogram("rindle.cdc.lag", metric.WithUnit("s"),
+		metric.WithDescription("Time from a transaction's commit to its application in the view."), metric.WithExplicitBucketBoundaries(lagBuckets...))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("otel: instruments: %w", err)
+	}
+	return i, nil
+}
+
+// ObserveCheckpoint records a confirmed checkpoint: its lag, size and duration, and a span that
+// covers its commit. Use it as producer.Config.OnCheckpointFunc.
+func (i *Instruments) ObserveCheckpoint(info producer.CheckpointInfo) {
+	ctx := context.Background()
+	kind := "append"
+	if info.Seal {
+		kind = "seal"
+	}
+	attrs := metric.WithAttributes(attribute.String("rindle.checkpoint.kind", kind))
+	i.checkpointSize.Record(ctx, int64(info.Seq-info.From), attrs)
+	i.checkpointDuration.Record(ctx, info.Duration.Seconds(), attrs)
+	if info.Lag > 0 {
+		i.durabilityLag.Record(ctx, info.Lag.Seconds(), attrs)
+	}
+	end := time.Now()
+	_, span := i.tracer.Start(ctx, "rindle.checkpoint", trace.WithTimestamp(end.Add(-info.Duration)), trace.WithAttributes(
+		attribute.String("rindle.stream_id", info.StreamID),
+		attribute.Int64("rindle.from", int64(info.From)),
+		attribute.Int64("rindle.seq", int64(info.Seq)),
+		attribute.Int64("rindle.chars", int64(info.Seq-info.From)),
+		attribute.Float64("rindle.lag_s", info.Lag.Seconds()),
+		attribute.String("rindle.checkpoint.kind", kind),
+	))
+	span.End(trace.WithTimestamp(end))
+}
+
+// ObserveCheckpointError counts a checkpoint that exhausted its retries. Use it inside
+// producer.Config.OnCheckpointErrorFunc.
+func (i *Instruments) ObserveCheckpointError(info producer.CheckpointInfo) {
+	i.checkpointFailures.Add(context.Background(), 1)
+}
+
+// ObserveApply records a transaction's commit-to-view lag. Use it as ivm.Config.OnApplyFunc's
+// body.
+func (i *Instruments) ObserveApply(lag time.Duration) {
+	i.cdcLag.Record(context.Background(), lag.Seconds())
+}
+
+// ObserveSlotLag registers a gauge of the replication slot's retained WAL, read by f at each
+// collection (cdc.Reader.SlotLag).
+func (i *Instruments) ObserveSlotLag(f func(context.Context) (int64, error)) error {
+	_, err := i.meter.Int64ObservableGauge("rindle.cdc.slot_lag", metric.WithUnit("By"),
+		metric.WithDescription("WAL bytes the replication slot holds back."),
+		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
+			lag, err := f(ctx)
+			if err != nil {
+				return err
+			}
+			o.Observe(lag)
+			return nil
+		}))
+	return err
+}

@@ -1,0 +1,140 @@
+package otel_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	rotel "github.com/rindle-sh/rindle-go/otel"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+func setup(t *testing.T, cfg rotel.Config) (*rotel.Telemetry, *tracetest.InMemoryExporter, *sdkmetric.ManualReader) {
+	t.Helper()
+	spans := tracetest.NewInMemoryExporter()
+	reader := sdkmetric.NewManualReader()
+	cfg.SpanExporter, cfg.MetricReader = spans, reader
+	tel, shutdown, err := rotel.Setup(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, shutdown(context.Background())) })
+	return tel, spans, reader
+}
+
+func metricsByName(t *testing.T, reader *sdkmetric.ManualReader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+func TestInstrumentsRecordCheckpointsApplyAndSlotLag(t *testing.T) {
+	tel, spans, reader := setup(t, rotel.Config{ServiceVersion: "test"})
+	inst := tel.Instruments
+	inst.ObserveCheckpoint(producer.CheckpointInfo{StreamID: "m", From: 0, Seq: 300, Duration: 12 * time.Millisecond, Lag: 800 * time.Millisecond})
+	inst.ObserveCheckpoint(producer.CheckpointInfo{StreamID: "m", From: 300, Seq: 310, Duration: 5 * time.Millisecond, Seal: true})
+	inst.ObserveCheckpointError(producer.CheckpointInfo{StreamID: "m"})
+	inst.ObserveApply(3 * time.Millisecond)
+	require.NoError(t, inst.ObserveSlotLag(func(context.Context) (int64, error) { return 4096, nil }))
+
+	ms := metricsByName(t, reader)
+	lag := ms["rindle.durability.lag"].Data.(metricdata.Histogram[float64])
+	require.Len(t, lag.DataPoints, 1, "only the append had a lag")
+	require.Equal(t, uint64(1), lag.DataPoints[0].Count)
+	require.InDelta(t, 0.8, lag.DataPoints[0].Sum, 1e-9)
+	require.Equal(t, "s", ms["rindle.durability.lag"].Unit)
+	require.Contains(t, lag.DataPoints[0].Bounds, 0.75, "explicit second buckets, not the millisecond defaults")
+	size := ms["rindle.checkpoint.size"].Data.(metricdata.Histogram[int64])
+	total := int64(0)
+	for _, dp := range size.DataPoints {
+		total += dp.Sum
+	}
+	require.Equal(t, int64(310), total)
+	require.Equal(t, int64(1), ms["rindle.checkpoint.failures"].Data.(metricdata.Sum[int64]).DataPoints[0].Value)
+	require.Equal(t, uint64(1), ms["rindle.cdc.lag"].Data.(metricdata.Histogram[float64]).DataPoints[0].Count)
+	require.Equal(t, int64(4096), ms["rindle.cdc.slot_lag"].Data.(metricdata.Gauge[int64]).DataPoints[0].Value)
+
+	got := spans.GetSpans()
+	require.Len(t, got, 2)
+	require.Equal(t, "rindle.checkpoint", got[0].Name)
+	require.Equal(t, 12*time.Millisecond, got[0].EndTime.Sub(got[0].StartTime), "the span covers the commit")
+	require.Contains(t, got[0].Attributes, attribute.Int64("rindle.chars", 300))
+	require.Contains(t, got[0].Attributes, attribute.String("rindle.stream_id", "m"))
+
+	// Prometheus text at /metrics, with the service in the resource.
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	require.Contains(t, body, "rindle_durability_lag_seconds_bucket")
+	require.Regexp(t, `rindle_checkpoint_failures_total\{[^}]*\} 1\n`, body)
+	require.Contains(t, body, `service_name="rindled"`)
+}
+
+func TestW3CPropagation(t *testing.T) {
+	tel, _, _ := setup(t, rotel.Config{})
+	ctx, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "op")
+	defer span.End()
+	h := http.Header{}
+	tel.Propagator.Inject(ctx, propagationCarrier(h))
+	require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`, h.Get("traceparent"))
+}
+
+func TestOTLPExportOverHTTP(t *testing.T) {
+	var mu sync.Mutex
+	paths := map[string]int{}
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		paths[r.Method+" "+r.URL.Path]++
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+	tel, shutdown, err := rotel.Setup(t.Context(), rotel.Config{OTLPEndpoint: collector.URL + "/", MetricInterval: time.Hour})
+	require.NoError(t, err)
+	tel.Instruments.ObserveCheckpoint(producer.CheckpointInfo{StreamID: "m", Seq: 10, Duration: time.Millisecond, Lag: time.Second})
+	require.NoError(t, shutdown(context.Background()), "shutdown flushes both exporters")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Positive(t, paths["POST /v1/traces"])
+	require.Positive(t, paths["POST /v1/metrics"])
+}
+
+func TestAPlaneFeedsTheInstruments(t *testing.T) {
+	tel, _, reader := setup(t, rotel.Config{})
+	plane, err := producer.New(producer.Config{
+		Committer:        producer.CommitFunc(func(context.Context, producer.CommitInput) (producer.AppendResult, error) { return producer.AppendResult{}, nil }),
+		Authorize:        func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
+		OnCheckpointFunc: tel.Instruments.ObserveCheckpoint,
+	})
+	require.NoError(t, err)
+	defer plane.Close()
+	s, err := plane.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
+	require.NoError(t, err)
+	require.NoError(t, s.Push(strings.Repeat("x", 100)))
+	_, err = s.Flush(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, s.Close(t.Context()))
+	size := metricsByName(t, reader)["rindle.checkpoint.size"].Data.(metricdata.Histogram[int64])
+	var n uint64
+	for _, dp := range size.DataPoints {
+		n += dp.Count
+	}
+	require.Equal(t, uint64(2), n, "the flush and the seal")
+}
