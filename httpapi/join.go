@@ -1,0 +1,162 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/rindle-sh/rindle-go/ivm"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// ViewReader is what a join needs from the durable view (ivm.View).
+type ViewReader interface {
+	// Get returns the message's durable view; ivm.ErrNotFound when there is no such message.
+	Get(ctx context.Context, id string) (ivm.Message, error)
+	// Wait returns once the durable length passes after or the status is terminal.
+	Wait(ctx context.Context, id string, after producer.Seq) (ivm.Message, error)
+}
+
+// LiveSubscriber is what a join needs from the live plane (producer.Plane).
+type LiveSubscriber interface {
+	Subscribe(ctx context.Context, in producer.SubscribeInput) (*producer.Subscription, error)
+}
+
+// Joined is one reader's frames: an open at its join point, the durable prefix the view
+// holds past that point, then the live tail (or, when no live stream is hosted here, the view
+// followed to the end). Chunks are contiguous and never split a surrogate pair, so a client
+// that only appends is correct. It ends with exactly one of end or stale.
+type Joined struct {
+	queue  []producer.Frame
+	live   *producer.Subscription // nil when following the view
+	view   ViewReader
+	id     string
+	pos    producer.Seq // end of what this reader has been sent
+	done   bool
+	closed bool
+}
+
+// Join joins a reader at from. The caller has authorized the reader: Join reveals whether
+// the message exists (ivm.ErrNotFound), so the HTTP layer must answer a denied and a missing id
+// the same way before calling it.
+func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, id string, from producer.Seq) (*Joined, error) {
+	m, err := view.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ivmSeq := producer.Len16(m.Text)
+	j := &Joined{view: view, id: id}
+	// The reader's offset within the durable text, moved down to a character boundary.
+	floor := producer.Len16(producer.Slice16(m.Text, 0, max(from, 0)))
+	liveFrom := ivmSeq
+	if from > ivmSeq {
+		liveFrom = from // the reader holds more than the view: only the live plane can serve it
+	}
+	sub, err := live.Subscribe(ctx, producer.SubscribeInput{User: user, StreamID: id, From: liveFrom})
+	if err != nil {
+		return nil, err
+	}
+	first, err := sub.Next(ctx)
+	if err != nil {
+		sub.Close()
+		return nil, fmt.Errorf("stream %s: join: %w", id, err)
+	}
+	switch first.Type {
+	case producer.FrameOpen:
+		at := first.From // the live plane's join point: clamped and floored by the plane
+		start := at
+		if from <= ivmSeq && floor < at {
+			start = floor
+		}
+		j.queue = append(j.queue, producer.Frame{
+			Type: producer.FrameOpen, StreamID: id, From: start, Seq: max(first.Seq, ivmSeq),
+			DurableSeq: max(first.DurableSeq, ivmSeq), Ended: first.Ended,
+		})
+		if start < at {
+			// The durable prefix comes from the view: P makes it the produced text's prefix, so
+			// it splices exactly onto the live plane's replay from at.
+			j.queue = append(j.queue, producer.Frame{Type: producer.FrameChunk, From: start, Seq: at, Text: producer.Slice16(m.Text, start, at)})
+		}
+		j.pos = at
+		j.live = sub
+	case producer.FrameAbsent:
+		// Not hosted here (another instance, or sealed and evicted): the view serves everything.
+		sub.Close()
+		start := min(floor, ivmSeq)
+		j.queue = append(j.queue, producer.Frame{Type: producer.FrameOpen, StreamID: id, From: start, Seq: ivmSeq, DurableSeq: ivmSeq, Ended: m.Status.Terminal()})
+		j.pos = start
+	default:
+		// stale: the live plane cannot serve this offset; the reader falls back.
+		sub.Close()
+		j.queue = append(j.queue, first)
+		j.done = true
+	}
+	return j, nil
+}
+
+// Next returns the next frame; io.EOF after the terminal one.
+func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
+	for {
+		if j.closed {
+			return producer.Frame{}, io.EOF
+		}
+		if len(j.queue) > 0 {
+			f := j.queue[0]
+			j.queue = j.queue[1:]
+			return f, nil
+		}
+		if j.done {
+			return producer.Frame{}, io.EOF
+		}
+		if j.live != nil {
+			f, err := j.live.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				// Detached without a terminal (the plane shut down): the reader falls back.
+				j.done = true
+				return producer.Frame{Type: producer.FrameStale, FloorSeq: j.pos}, nil
+			}
+			if err != nil {
+				return producer.Frame{}, err
+			}
+			if f.Type == producer.FrameChunk {
+				j.pos = f.Seq
+			}
+			if f.Terminal() {
+				j.done = true
+			}
+			return f, nil
+		}
+		if err := j.follow(ctx); err != nil {
+			return producer.Frame{}, err
+		}
+	}
+}
+
+// follow waits for the view to pass what was sent and queues the difference: the durable plane
+// streamed at checkpoint granularity, for a stream produced elsewhere.
+func (j *Joined) follow(ctx context.Context) error {
+	m, err := j.view.Wait(ctx, j.id, j.pos)
+	if err != nil {
+		return err
+	}
+	if n := producer.Len16(m.Text); n > j.pos {
+		j.queue = append(j.queue,
+			producer.Frame{Type: producer.FrameChunk, From: j.pos, Seq: n, Text: producer.Slice16(m.Text, j.pos, n)},
+			producer.Frame{Type: producer.FrameDurable, Seq: n})
+		j.pos = n
+	}
+	if m.Status.Terminal() && producer.Len16(m.Text) <= j.pos {
+		j.queue = append(j.queue, producer.Frame{Type: producer.FrameEnd, Seq: j.pos, Status: m.Status, Error: m.Error})
+		j.done = true
+	}
+	return nil
+}
+
+// Close releases the live subscription. Idempotent.
+func (j *Joined) Close() {
+	j.closed = true
+	if j.live != nil {
+		j.live.Close()
+	}
+}
