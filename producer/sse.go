@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -92,14 +93,28 @@ type SSEConfig struct {
 	Clock Clock
 }
 
-// WriteSSE streams a subscription as an SSE response until its terminal frame, ctx's end or a
-// failed write, and closes the subscription. It is pull-based: a frame is taken only once the
-// previous one was written, so a slow client backs up in the subscription's bounded queue, where
-// it is dropped with stale, never in unbounded memory here. The server's WriteTimeout is lifted
-// for this response (an SSE response lives for minutes) and replaced by a per-write deadline.
-// Do authorization and lookups before calling it, while an error status is still possible.
-func WriteSSE(ctx context.Context, w http.ResponseWriter, sub *Subscription, cfg SSEConfig) error {
-	defer sub.Close()
+// FrameReader is a pull source of frames: a Subscription, or anything that joins several (the
+// HTTP layer's view-plus-live join). Next returns io.EOF after the terminal frame; a Next cut
+// short by its context returns that context's cause and consumes nothing.
+type FrameReader interface {
+	Next(ctx context.Context) (Frame, error)
+	Close()
+}
+
+var _ FrameReader = (*Subscription)(nil)
+
+// errKeepAlive cuts an idle Next short so a keep-alive comment can be written.
+var errKeepAlive = errors.New("sse keep-alive due")
+
+// WriteSSE streams src as an SSE response until its terminal frame, ctx's end or a failed
+// write, and closes src. It is pull-based: a frame is taken only once the previous one was
+// written, so a slow client backs up in the subscription's bounded queue, where it is dropped
+// with stale, never in unbounded memory here. A ": ping" comment goes out after KeepAlive
+// without a frame. The server's WriteTimeout is lifted for this response (an SSE response lives
+// for minutes) and replaced by a per-write deadline. Do authorization and lookups before calling
+// it, while an error status is still possible.
+func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg SSEConfig) error {
+	defer src.Close()
 	if cfg.KeepAlive <= 0 {
 		cfg.KeepAlive = DefaultKeepAlive
 	}
@@ -125,44 +140,30 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, sub *Subscription, cfg
 	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}
-
-	ping := make(chan struct{}, 1)
-	var beat func()
-	var timer Timer
-	beat = func() {
-		select {
-		case ping <- struct{}{}:
-		default:
-		}
-	}
-	timer = clock.AfterFunc(cfg.KeepAlive, beat)
-	defer func() { timer.Stop() }()
-
 	buf := make([]byte, 0, 512)
 	for {
-		f, ok, end := sub.sub.poll()
-		if ok {
-			buf = AppendSSE(buf[:0], f)
-			if err := write(buf); err != nil {
-				return err
-			}
-			if f.Terminal() {
-				return nil
-			}
-			continue
-		}
-		if end {
+		next, cancel := context.WithCancelCause(ctx)
+		timer := clock.AfterFunc(cfg.KeepAlive, func() { cancel(errKeepAlive) })
+		f, err := src.Next(next)
+		timer.Stop()
+		cancel(nil)
+		switch {
+		case errors.Is(err, io.EOF):
 			return nil
-		}
-		select {
-		case <-sub.sub.notify:
-		case <-ping:
+		case errors.Is(err, errKeepAlive) && ctx.Err() == nil:
 			if err := write([]byte(": ping\n\n")); err != nil {
 				return err
 			}
-			timer = clock.AfterFunc(cfg.KeepAlive, beat)
-		case <-ctx.Done():
-			return context.Cause(ctx)
+			continue
+		case err != nil:
+			return err
+		}
+		buf = AppendSSE(buf[:0], f)
+		if err := write(buf); err != nil {
+			return err
+		}
+		if f.Terminal() {
+			return nil
 		}
 	}
 }

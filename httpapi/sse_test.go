@@ -1,0 +1,111 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// TestSSEJoinSurvivesReconnectsWithLastEventID serves joins over real HTTP and drops the
+// connection at random points while the answer streams, reconnecting the way EventSource does.
+func TestSSEJoinSurvivesReconnectsWithLastEventID(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	ctx := t.Context()
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		from, err := producer.ResumeFromRequest(r)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		j, err := httpapi.Join(r.Context(), w.view, w.plane, nil, r.URL.Query().Get("id"), from)
+		if err != nil {
+			http.Error(rw, "forbidden", http.StatusForbidden)
+			return
+		}
+		_ = producer.WriteSSE(r.Context(), rw, j, producer.SSEConfig{})
+	}))
+	defer srv.Close()
+	_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('m')")
+	require.NoError(t, err)
+	s, err := w.plane.Open(ctx, producer.OpenStreamInput{StreamID: "m"})
+	require.NoError(t, err)
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	var produced strings.Builder
+	pushed := 0
+	push := func(n int) {
+		for ; n > 0 && pushed < 300; n-- {
+			d := fmt.Sprintf("t%d😀 ", pushed)
+			produced.WriteString(d)
+			require.NoError(t, s.Push(d))
+			pushed++
+		}
+		if pushed == 300 {
+			pushed++
+			require.NoError(t, s.Close(ctx))
+		}
+	}
+	text, lastID, reconnects := "", "", 0
+	for ended := false; !ended; reconnects++ {
+		push(rng.IntN(12))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"?id=m", nil)
+		require.NoError(t, err)
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		r := bufio.NewReader(resp.Body)
+		for i := range 2 + rng.IntN(6) {
+			if i == 1 {
+				push(3 + rng.IntN(8))
+			}
+			var id, data string
+			for {
+				line, err := r.ReadString('\n')
+				require.NoError(t, err)
+				line = strings.TrimSuffix(line, "\n")
+				if line == "" {
+					break
+				}
+				if v, ok := strings.CutPrefix(line, "id: "); ok {
+					id = v
+				}
+				if v, ok := strings.CutPrefix(line, "data: "); ok {
+					data = v
+				}
+			}
+			var f producer.Frame
+			require.NoError(t, json.Unmarshal([]byte(data), &f))
+			if id != "" {
+				lastID = id
+			}
+			if f.Type == producer.FrameOpen {
+				require.LessOrEqual(t, f.From, producer.Len16(text))
+				text = producer.Slice16(text, 0, f.From)
+			}
+			text, err = producer.Splice(text, f)
+			require.NoError(t, err)
+			require.NotEqual(t, producer.FrameStale, f.Type)
+			if f.Type == producer.FrameEnd {
+				ended = true
+				break
+			}
+		}
+		resp.Body.Close()
+	}
+	require.Equal(t, produced.String(), text)
+	require.Greater(t, reconnects, 20)
+}
