@@ -1,12 +1,28 @@
-// Package httpapi owns the HTTP surface of DESIGN §6. So far it holds the SSE join: Join
-// answers a reader at offset from with the durable prefix the incremental view holds past from,
-// then the live plane's tail, as one frame sequence that keeps contract S with no gap, no
-// overlap and no split surrogate pair. When no live stream is hosted here, the view is followed
-// to the end instead of a bare absent, so a reader on any instance gets the whole text and its
-// end.
+// Package httpapi owns the HTTP surface of DESIGN §6: a huma server (OpenAPI 3.1 at
+// /openapi.json, docs at /docs) with bearer-token auth and RFC 9457 problem details, and the
+// SSE join.
 //
-// It does not own the frames or the SSE encoding (producer), the view (ivm) or authorization
-// decisions: its caller authorizes first, and answers a missing id exactly like a denied one.
+// Routes so far: create a message, open / append (JSON) / flush / close a stream, cancel, the
+// durable view with long-poll, and the event stream. Still to come (issue 4): the streaming
+// ingest form, /readyz and /metrics.
 //
-// A Joined is pulled by one goroutine (the SSE writer) and starts none of its own.
+// Auth: HS256 JWTs. A reader may read only messages whose owner is its subject; producer routes
+// need the producer scope. A read's owner is looked up before anything reveals whether the id
+// exists, and a denied read and a read of a missing id get the same 403, byte for byte.
+//
+// Errors map to statuses here and nowhere else: 400 for a malformed offset or wait and for
+// invalid UTF-8, 401 without a valid token, 403 as above, 404 for a producer route on a stream
+// not open on this instance (existence is no secret to producers), 409 for a refused open or a
+// push to a sealed stream, 413 for an oversized body (the status RFC 9110 gives it), 503 when
+// the database or view is unavailable.
+//
+// The SSE join: Join answers a reader at offset from with the durable prefix the incremental
+// view holds past from, then the live plane's tail, as one frame sequence that keeps contract
+// S with no gap, no overlap and no split surrogate pair. When no live stream is hosted here,
+// the view is followed to the end instead of a bare absent, so a reader on any instance gets
+// the whole text and its end.
+//
+// It does not own the frames or the SSE encoding (producer), the view (ivm) or the database
+// schema (migrations). A Server starts no goroutines; a Joined is pulled by the one that
+// serves its request.
 package httpapi

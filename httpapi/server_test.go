@@ -1,0 +1,191 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+var secret = []byte("0123456789abcdef0123456789abcdef") //nolint:gochecknoglobals // test key
+
+func token(t *testing.T, sub, scope string) string {
+	t.Helper()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, httpapi.Claims{Scope: scope, RegisteredClaims: jwt.RegisteredClaims{
+		Subject: sub, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour)),
+	}}).SignedString(secret)
+	require.NoError(t, err)
+	return tok
+}
+
+type client struct {
+	t    *testing.T
+	base string
+}
+
+type reply struct {
+	status int
+	ctype  string
+	body   []byte
+}
+
+func (c client) do(method, path, tok string, body []byte) reply {
+	c.t.Helper()
+	req, err := http.NewRequestWithContext(c.t.Context(), method, c.base+path, bytes.NewReader(body))
+	require.NoError(c.t, err)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	return reply{resp.StatusCode, resp.Header.Get("Content-Type"), b}
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &m), string(r.body))
+	return m
+}
+
+func serve(t *testing.T, w *world) client {
+	t.Helper()
+	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Pool: w.db.Pool, Secret: secret, MaxBodyBytes: 4096})
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return client{t: t, base: hs.URL}
+}
+
+func TestHTTPRoutesAndErrors(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serve(t, w)
+	prod := token(t, "svc", "producer")
+	alice := token(t, "alice", "")
+	mallory := token(t, "mallory", "")
+
+	// Create, and the errors around it.
+	r := c.do("POST", "/v1/messages", prod, []byte(`{"id":"m1","owner":"alice","role":"assistant"}`))
+	require.Equal(t, http.StatusCreated, r.status, string(r.body))
+	require.Equal(t, "m1", r.json(t)["id"])
+	r = c.do("POST", "/v1/messages", prod, []byte(`{"id":"m1","owner":"alice"}`))
+	require.Equal(t, http.StatusConflict, r.status)
+	require.Equal(t, "application/problem+json", r.ctype, "errors are RFC 9457 problem details")
+	require.Equal(t, http.StatusUnauthorized, c.do("POST", "/v1/messages", "", []byte(`{"owner":"a"}`)).status)
+	require.Equal(t, http.StatusUnauthorized, c.do("POST", "/v1/messages", "not-a-jwt", []byte(`{"owner":"a"}`)).status)
+	r = c.do("POST", "/v1/messages", alice, []byte(`{"owner":"a"}`))
+	require.Equal(t, http.StatusForbidden, r.status, "producer routes need the producer scope")
+
+	// Open; a second open is a 409 with the reason.
+	r = c.do("POST", "/v1/streams/m1/open", prod, nil)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	r = c.do("POST", "/v1/streams/m1/open", prod, nil)
+	require.Equal(t, http.StatusConflict, r.status)
+	require.Contains(t, r.json(t)["detail"], "already open")
+
+	// Append, and its 400s, 404 and 413.
+	r = c.do("POST", "/v1/streams/m1/append", prod, []byte(`{"text":"hello 😀"}`))
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.EqualValues(t, 8, r.json(t)["seq"])
+	r = c.do("POST", "/v1/streams/m1/append", prod, []byte("{\"text\":\"bad \xff\"}"))
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Contains(t, r.json(t)["detail"], "not valid UTF-8")
+	require.Equal(t, http.StatusBadRequest, c.do("POST", "/v1/streams/m1/append", prod, []byte(`not json`)).status)
+	require.Equal(t, http.StatusNotFound, c.do("POST", "/v1/streams/nope/append", prod, []byte(`{"text":"x"}`)).status)
+	r = c.do("POST", "/v1/streams/m1/append", prod, []byte(`{"text":"`+strings.Repeat("x", 5000)+`"}`))
+	require.Equal(t, http.StatusRequestEntityTooLarge, r.status, "oversized bodies are refused and nothing is pushed")
+
+	// Flush makes it durable; the long-poll sees it.
+	r = c.do("POST", "/v1/streams/m1/flush", prod, nil)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.EqualValues(t, 8, r.json(t)["durableSeq"])
+	r = c.do("GET", "/v1/streams/m1?after=0&wait=10s", alice, nil)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.Equal(t, "hello 😀", r.json(t)["text"])
+	r = c.do("GET", "/v1/streams/m1?after=abc&wait=1s", alice, nil)
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Contains(t, r.json(t)["detail"], `after "abc"`)
+	require.Equal(t, http.StatusBadRequest, c.do("GET", "/v1/streams/m1?after=-1&wait=1s", alice, nil).status)
+	require.Equal(t, http.StatusBadRequest, c.do("GET", "/v1/streams/m1?after=1&wait=soon", alice, nil).status)
+
+	// Denied and missing answer identically, on the JSON route and the SSE route alike.
+	denied := c.do("GET", "/v1/streams/m1", mallory, nil)
+	missing := c.do("GET", "/v1/streams/ghost", mallory, nil)
+	require.Equal(t, http.StatusForbidden, denied.status)
+	require.Equal(t, denied, missing, "a denial must not reveal existence")
+	deniedSSE := c.do("GET", "/v1/streams/m1/events", mallory, nil)
+	missingSSE := c.do("GET", "/v1/streams/ghost/events", mallory, nil)
+	require.Equal(t, http.StatusForbidden, deniedSSE.status)
+	require.Equal(t, deniedSSE, missingSSE)
+	require.Equal(t, http.StatusUnauthorized, c.do("GET", "/v1/streams/m1/events", "", nil).status)
+	r = c.do("GET", "/v1/streams/m1/events?from=-2", alice, nil)
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Equal(t, "application/problem+json", r.ctype)
+
+	// Cancel by the owner sets the flag the producer reads at its next checkpoint.
+	require.Equal(t, http.StatusAccepted, c.do("POST", "/v1/streams/m1/cancel", alice, nil).status)
+	require.Equal(t, http.StatusForbidden, c.do("POST", "/v1/streams/m1/cancel", mallory, nil).status)
+	r = c.do("POST", "/v1/streams/m1/append", prod, []byte(`{"text":" more"}`))
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m1/flush", prod, nil).status)
+	st, _ := w.plane.Stream("m1")
+	require.True(t, st.Cancelled())
+
+	// Close seals (cancelled, since the reader asked); the view follows.
+	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m1/close", prod, []byte(`{}`)).status)
+	require.Equal(t, http.StatusConflict, c.do("POST", "/v1/streams/m1/append", prod, []byte(`{"text":"late"}`)).status)
+	m, err := w.view.Wait(t.Context(), "m1", 0)
+	for err == nil && !m.Status.Terminal() {
+		m, err = w.view.Wait(t.Context(), "m1", m.Seq)
+	}
+	require.NoError(t, err)
+	require.Equal(t, producer.StatusCancelled, m.Status)
+	require.Equal(t, "hello 😀 more", m.Text)
+
+	// An SSE read of the sealed stream is served whole.
+	r = c.do("GET", "/v1/streams/m1/events", alice, nil)
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, "text/event-stream; charset=utf-8", r.ctype)
+	require.Contains(t, string(r.body), `"type":"end","seq":13,"status":"cancelled"`)
+
+	require.Equal(t, http.StatusOK, c.do("GET", "/healthz", "", nil).status)
+}
+
+func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serve(t, w)
+	r := c.do("GET", "/openapi.json", "", nil)
+	require.Equal(t, http.StatusOK, r.status)
+	var doc struct {
+		OpenAPI string                    `json:"openapi"`
+		Paths   map[string]map[string]any `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &doc))
+	require.Equal(t, "3.1.0", doc.OpenAPI)
+	for path, method := range map[string]string{
+		"/v1/messages": "post", "/v1/streams/{id}/open": "post", "/v1/streams/{id}/append": "post",
+		"/v1/streams/{id}/flush": "post", "/v1/streams/{id}/close": "post", "/v1/streams/{id}/cancel": "post",
+		"/v1/streams/{id}": "get", "/v1/streams/{id}/events": "get", "/healthz": "get",
+	} {
+		require.Contains(t, doc.Paths[path], method, "%s %s", method, path)
+	}
+	require.Equal(t, http.StatusOK, c.do("GET", "/docs", "", nil).status)
+}
