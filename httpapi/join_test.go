@@ -176,3 +176,12 @@ func TestJoinServesASealedEvictedStreamFromTheView(t *testing.T) {
 	_, err = httpapi.Join(ctx, w.view, w.elsewhere, nil, "ghost", 0)
 	require.ErrorIs(t, err, ivm.ErrNotFound)
 }
+
+// dbTextOf is the stored text of a message: body ++ chunks by seq, and its status.
+func (w *world) dbTextOf(t *testing.T, id string) (string, string) {
+	t.Helper()
+	var text, status string
+	require.NoError(t, w.db.Pool.QueryRow(t.Context(), `SELECT m.body || coalesce((SELECT string_agg(c.text, '' ORDER BY c.seq)
+		FROM message_chunks c WHERE c.stream_id = m.id), ''), m.status FROM messages m WHERE m.id = $1`, id).Scan(&text, &status))
+	return text, status
+}

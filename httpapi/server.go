@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -24,9 +25,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxBodyBytes = 1 << 20
-	DefaultMaxWait      = 60 * time.Second
-	ProducerScope       = "producer"
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxWait        = 60 * time.Second
+	DefaultMaxIngestBytes = 64 << 20
+	ProducerScope         = "producer"
 )
 
 // Config configures a Server.
@@ -43,8 +45,15 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxWait bounds a long-poll's wait. Defaults to DefaultMaxWait.
 	MaxWait time.Duration
+	// MaxIngestBytes bounds one streaming ingest request. Defaults to DefaultMaxIngestBytes.
+	MaxIngestBytes int64
 	// SSE configures event streams.
 	SSE producer.SSEConfig
+	// Ready reports readiness for /readyz (the database reachable, CDC caught up). Nil means
+	// always ready.
+	Ready func(context.Context) error
+	// Metrics, if set, is served at /metrics (otel.Telemetry.MetricsHandler).
+	Metrics http.Handler
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -83,8 +92,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: Config.Pool is required")
 	case len(cfg.Secret) < 32:
 		return nil, errors.New("httpapi: Config.Secret must be at least 32 bytes")
-	case cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0:
-		return nil, errors.New("httpapi: Config.MaxBodyBytes and MaxWait must not be negative")
+	case cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0 || cfg.MaxIngestBytes < 0:
+		return nil, errors.New("httpapi: Config.MaxBodyBytes, MaxIngestBytes and MaxWait must not be negative")
+	}
+	if cfg.MaxIngestBytes == 0 {
+		cfg.MaxIngestBytes = DefaultMaxIngestBytes
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -372,7 +384,23 @@ func (s *Server) register() {
 			return out, nil
 		})
 
+	huma.Register(api, huma.Operation{OperationID: "readyz", Method: http.MethodGet, Path: "/readyz", Summary: "Readiness: the database reachable, CDC caught up"},
+		func(ctx context.Context, _ *struct{}) (*healthOutput, error) {
+			if s.cfg.Ready != nil {
+				if err := s.cfg.Ready(ctx); err != nil {
+					return nil, huma.Error503ServiceUnavailable("not ready: " + err.Error())
+				}
+			}
+			out := &healthOutput{}
+			out.Body.Status = "ready"
+			return out, nil
+		})
+	if s.cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", s.cfg.Metrics)
+	}
+
 	s.registerEvents()
+	s.registerIngest()
 }
 
 func seqOf(st *producer.LiveStream) *seqOutput {
@@ -499,3 +527,97 @@ func writeProblem(w http.ResponseWriter, err error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// ---- streaming ingest
+
+type ingestResult struct {
+	Seq        producer.Seq `json:"seq"`
+	DurableSeq producer.Seq `json:"durableSeq"`
+}
+
+// registerIngest serves the streaming append: every piece of a (chunked) text/plain body is
+// pushed as it arrives, so a pipe (curl -T -) streams tokens through. huma reads a body whole,
+// so this is a raw handler, documented in the same OpenAPI document.
+func (s *Server) registerIngest() {
+	const path = "/v1/streams/{id}/ingest"
+	s.api.OpenAPI().AddOperation(&huma.Operation{
+		OperationID: "ingestStream", Method: http.MethodPost, Path: path, Security: security(),
+		Summary:     "Push a streamed text/plain body, each piece as it arrives",
+		Description: "Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.",
+		Parameters:  []*huma.Param{{Name: "id", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}}},
+		RequestBody: &huma.RequestBody{Content: map[string]*huma.MediaType{"text/plain": {Schema: &huma.Schema{Type: "string"}}}},
+		Responses: map[string]*huma.Response{
+			"200": {Description: "Everything was pushed", Content: map[string]*huma.MediaType{"application/json": {Schema: &huma.Schema{Type: "object"}}}},
+			"400": {Description: "Invalid UTF-8"}, "401": {Description: "No valid bearer token"}, "403": {Description: "No producer scope"},
+			"404": {Description: "Not open on this instance"}, "409": {Description: "Sealed"}, "413": {Description: "Over MaxIngestBytes"},
+		},
+	})
+	s.mux.HandleFunc("POST "+path, func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.producer(r.Header.Get("Authorization")); err != nil {
+			writeProblem(w, err)
+			return
+		}
+		st, err := s.hosted(r.PathValue("id"))
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		body := http.MaxBytesReader(w, r.Body, s.cfg.MaxIngestBytes)
+		buf := make([]byte, 32<<10)
+		var carry []byte // an incomplete UTF-8 sequence split across reads
+		for {
+			n, rerr := body.Read(buf)
+			chunk := append(carry, buf[:n]...)
+			cut := len(chunk)
+			// Hold back a trailing incomplete sequence (at most 3 bytes) for the next read.
+			for i := len(chunk) - 1; i >= 0 && i >= len(chunk)-3; i-- {
+				if utf8.RuneStart(chunk[i]) {
+					if !utf8.FullRune(chunk[i:]) {
+						cut = i
+					}
+					break
+				}
+			}
+			if rerr != nil {
+				cut = len(chunk) // nothing more will complete it
+			}
+			carry = append([]byte(nil), chunk[cut:]...)
+			valid := validPrefix(chunk[:cut])
+			if valid > 0 {
+				if err := st.Push(string(chunk[:valid])); err != nil {
+					writeProblem(w, pushError(st.ID(), err))
+					return
+				}
+			}
+			if valid < cut {
+				writeProblem(w, huma.Error400BadRequest(fmt.Sprintf("the body is not valid UTF-8 after %d code units; what came before was pushed", st.Seq())))
+				return
+			}
+			var tooBig *http.MaxBytesError
+			switch {
+			case errors.As(rerr, &tooBig):
+				writeProblem(w, huma.Error413RequestEntityTooLarge(fmt.Sprintf("the ingest passed %d bytes; what came before was pushed", s.cfg.MaxIngestBytes)))
+				return
+			case errors.Is(rerr, io.EOF):
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(ingestResult{Seq: st.Seq(), DurableSeq: st.DurableSeq()})
+				return
+			case rerr != nil:
+				writeProblem(w, huma.Error400BadRequest("reading the body: "+rerr.Error()))
+				return
+			}
+		}
+	})
+}
+
+// validPrefix is the length of b's longest valid UTF-8 prefix.
+func validPrefix(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return len(b)
+}

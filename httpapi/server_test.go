@@ -64,9 +64,13 @@ func (r reply) json(t *testing.T) map[string]any {
 	return m
 }
 
-func serve(t *testing.T, w *world) client {
+func serve(t *testing.T, w *world, change ...func(*httpapi.Config)) client {
 	t.Helper()
-	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Pool: w.db.Pool, Secret: secret, MaxBodyBytes: 4096})
+	cfg := httpapi.Config{Plane: w.plane, View: w.view, Pool: w.db.Pool, Secret: secret, MaxBodyBytes: 4096}
+	for _, f := range change {
+		f(&cfg)
+	}
+	srv, err := httpapi.New(cfg)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
