@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -60,7 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	url := getenv("DATABASE_URL")
 	if url == "" {
 		fmt.Fprintf(stdout, "starting a private PostgreSQL in %s ...\n", *dir)
-		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: *dir})
+		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(*dir, "pg")})
 		if err != nil {
 			return err
 		}

@@ -102,7 +102,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Parents must stay searchable by others: as root the server runs as postgres, which has to
+	// traverse them. The cluster directory itself is private.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("pgcluster: create %s: %w", filepath.Dir(dir), err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("pgcluster: create %s: %w", dir, err)
 	}
 	c.cfg.Dir = dir

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/pgcluster"
+	"github.com/rindle-sh/rindle-go/ivm"
+	"github.com/rindle-sh/rindle-go/migrations"
+	rotel "github.com/rindle-sh/rindle-go/otel"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// settings are every knob, from flags with environment defaults.
+type settings struct {
+	addr, databaseURL, dataDir, secret, hostID, slot, otlp string
+	drainTimeout                                           time.Duration
+}
+
+const usage = `rindled: durable, resumable language-model answers.
+
+Usage:
+  rindled [flags]            serve (the default)
+  rindled migrate [flags]    apply the schema migrations and exit
+  rindled token [flags] -sub SUBJECT [-scope producer] [-ttl 24h]
+                             print a development bearer token
+
+Every flag also reads an environment variable (shown in brackets).
+`
+
+func parse(name string, args []string, getenv func(string) string, stderr io.Writer, extra func(*flag.FlagSet)) (*settings, error) {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	s := &settings{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&s.addr, "addr", env("RINDLE_ADDR", "127.0.0.1:8080"), "listen address [RINDLE_ADDR]")
+	fs.StringVar(&s.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (needs wal_level=logical); empty runs a private cluster in -data [DATABASE_URL]")
+	fs.StringVar(&s.dataDir, "data", env("RINDLE_DATA_DIR", ".rindle"), "where the private cluster and the development secret live [RINDLE_DATA_DIR]")
+	fs.StringVar(&s.secret, "jwt-secret", env("RINDLE_JWT_SECRET", ""), "HS256 secret for bearer tokens, 32+ bytes; empty with a private cluster uses one generated in -data [RINDLE_JWT_SECRET]")
+	fs.StringVar(&s.hostID, "host-id", env("RINDLE_HOST_ID", ""), "this instance's producer identity, unique per process; empty generates one [RINDLE_HOST_ID]")
+	fs.StringVar(&s.slot, "slot", env("RINDLE_SLOT", cdc.DefaultSlot), "logical replication slot [RINDLE_SLOT]")
+	fs.StringVar(&s.otlp, "otlp-endpoint", env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), "OTLP/HTTP collector base URL; empty exports nothing [OTEL_EXPORTER_OTLP_ENDPOINT]")
+	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		s, err := parse("rindled", args, getenv, stderr, nil)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, s, stdout)
+	case "migrate":
+		s, err := parse("rindled migrate", args, getenv, stderr, nil)
+		if err != nil {
+			return err
+		}
+		url, stopDB, err := database(ctx, s, stdout)
+		if err != nil {
+			return err
+		}
+		defer stopDB()
+		applied, err := migrate(ctx, url)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "applied migrations %v\n", applied)
+		return nil
+	case "token":
+		var sub, scope string
+		var ttl time.Duration
+		s, err := parse("rindled token", args, getenv, stderr, func(fs *flag.FlagSet) {
+			fs.StringVar(&sub, "sub", "", "the token's subject (a reader reads the messages it owns)")
+			fs.StringVar(&scope, "scope", "", `space-separated scopes ("producer" for the producer routes)`)
+			fs.DurationVar(&ttl, "ttl", 24*time.Hour, "validity")
+		})
+		if err != nil {
+			return err
+		}
+		if sub == "" {
+			return errors.New("token: -sub is required")
+		}
+		secret, err := jwtSecret(s)
+		if err != nil {
+			return err
+		}
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, httpapi.Claims{Scope: scope, RegisteredClaims: jwt.RegisteredClaims{
+			Subject: sub, IssuedAt: jwt.NewNumericDate(time.Now()), ExpiresAt: jwt.NewNumericDate(time.Now().Add(ttl)),
+		}}).SignedString(secret)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, tok)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q (serve, migrate, token)", cmd)
+}
+
+// database returns the URL to use, starting the private cluster when none is configured.
+func database(ctx context.Context, s *settings, stdout io.Writer) (string, func(), error) {
+	if s.databaseURL != "" {
+		return s.databaseURL, func() {}, nil
+	}
+	fmt.Fprintf(stdout, "rindled: no DATABASE_URL; starting a private PostgreSQL in %s\n", s.dataDir)
+	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(s.dataDir, "pg"), Durable: true})
+	if err != nil {
+		return "", nil, fmt.Errorf("the embedded default database: %w", err)
+	}
+	stop := func() { _ = cluster.Stop(context.WithoutCancel(ctx)) }
+	conn, err := pgx.Connect(ctx, cluster.URL)
+	if err != nil {
+		stop()
+		return "", nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'rindle')").Scan(&exists); err != nil {
+		stop()
+		return "", nil, err
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE rindle"); err != nil {
+			stop()
+			return "", nil, err
+		}
+	}
+	return strings.Replace(cluster.URL, "dbname=postgres", "dbname=rindle", 1), stop, nil
+}
+
+func migrate(ctx context.Context, url string) ([]int, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return migrations.Migrate(ctx, conn)
+}
+
+// jwtSecret is the configured secret, or with the private cluster one generated once and kept
+// in the data directory, so `rindled token` and the server agree across runs.
+func jwtSecret(s *settings) ([]byte, error) {
+	if s.secret != "" {
+		if len(s.secret) < 32 {
+			return nil, errors.New("RINDLE_JWT_SECRET must be at least 32 bytes")
+		}
+		return []byte(s.secret), nil
+	}
+	if s.databaseURL != "" {
+		return nil, errors.New("RINDLE_JWT_SECRET is required with DATABASE_URL (the generated development secret is only for the private cluster)")
+	}
+	path := filepath.Join(s.dataDir, "jwt-secret")
+	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
+		return b, nil
+	}
+	// 0755: the private cluster lives below, and its server (as postgres) must traverse this.
+	// The secret file itself is 0600.
+	if err := os.MkdirAll(s.dataDir, 0o755); err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 32)
+	_, _ = rand.Read(raw)
+	secret := []byte(hex.EncodeToString(raw))
+	if err := os.WriteFile(path, secret, 0o600); err != nil {
+		return nil, err
+	}
+	return secret, nil
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// serve wires every part and runs until ctx ends, then drains.
+func serve(ctx context.Context, s *settings, stdout io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	secret, err := jwtSecret(s)
+	if err != nil {
+		return err
+	}
+	url, stopDB, err := database(ctx, s, stdout)
+	if err != nil {
+		return err
+	}
+	defer stopDB()
+	if _, err := migrate(ctx, url); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	tel, shutdownTel, err := rotel.Setup(ctx, rotel.Config{ServiceName: "rindled", ServiceVersion: version(), OTLPEndpoint: s.otlp})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdownTel(context.WithoutCancel(ctx)) }()
+
+	// The view subscribes before the reader publishes: GoChannel keeps no history.
+	broker := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NewSlogLogger(logger.With("part", "broker")))
+	defer broker.Close()
+	view, err := ivm.New(ivm.Config{Subscriber: broker, Pool: pool, Logger: logger,
+		OnApplyFunc: func(_ *cdc.Tx, lag time.Duration) { tel.Instruments.ObserveApply(lag) }})
+	if err != nil {
+		return err
+	}
+	if err := view.Start(ctx); err != nil {
+		return err
+	}
+	defer view.Stop()
+	reader, err := cdc.New(cdc.Config{ConnString: url, Slot: s.slot, Publisher: broker, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := reader.Start(ctx); err != nil {
+		return err
+	}
+	defer reader.Stop()
+	if err := tel.Instruments.ObserveSlotLag(reader.SlotLag); err != nil {
+		return err
+	}
+
+	hostID := s.hostID
+	if hostID == "" {
+		host, _ := os.Hostname()
+		hostID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:8])
+	}
+	db := checkpoint.PoolDB(pool)
+	store, err := checkpoint.New(checkpoint.Config{DB: db, Tables: checkpoint.DefaultTables(), HostID: hostID})
+	if err != nil {
+		return err
+	}
+	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{DB: db, HostID: hostID, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := lease.Start(ctx); err != nil {
+		return err
+	}
+	defer lease.Stop()
+	sweeper, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.DefaultTables(), Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := sweeper.Start(ctx); err != nil {
+		return err
+	}
+	defer sweeper.Stop()
+	plane, err := producer.New(producer.Config{
+		Committer: store,
+		// The HTTP layer authorizes every read (owner or producer scope) before it subscribes.
+		Authorize:        func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
+		OnCheckpointFunc: tel.Instruments.ObserveCheckpoint,
+		OnCheckpointErrorFunc: func(err error, info producer.CheckpointInfo) {
+			tel.Instruments.ObserveCheckpointError(info)
+			logger.Error("checkpoint failed", "stream", info.StreamID, "from", info.From, "seq", info.Seq, "err", err)
+		},
+		Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer plane.Close()
+
+	api, err := httpapi.New(httpapi.Config{
+		Plane: plane, View: view, Pool: pool, Secret: secret, Logger: logger, Metrics: tel.MetricsHandler,
+		Ready: func(ctx context.Context) error {
+			if err := pool.Ping(ctx); err != nil {
+				return fmt.Errorf("database: %w", err)
+			}
+			if reader.Stats().Stalled {
+				return errors.New("cdc: publishing is stalled")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	// No WriteTimeout: SSE responses live for minutes and set their own per-write deadlines.
+	// Shutdown does not cancel request contexts, so requests get one that the drain cancels.
+	base, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base }}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("rindled listening", "url", "http://"+ln.Addr().String(), "host", hostID, "version", version())
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	// SIGTERM: seal every live stream interrupted with everything produced, then stop serving.
+	logger.Info("draining: sealing live streams interrupted")
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.drainTimeout)
+	defer cancel()
+	drainErr := plane.Drain(dctx)
+	cancelRequests() // readers of sealed streams got their end; the rest read the database
+	shutdownErr := srv.Shutdown(dctx)
+	if errors.Is(shutdownErr, context.DeadlineExceeded) {
+		shutdownErr = srv.Close() // long-lived SSE responses: cut them
+	}
+	logger.Info("stopped")
+	return errors.Join(drainErr, shutdownErr)
+}

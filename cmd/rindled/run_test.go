@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const testSecret = "0123456789abcdef0123456789abcdef"
+
+func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+
+func slotFor(db *pgtest.DB) string {
+	name := "s_" + db.Name
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	return name
+}
+
+func TestServeThenDrainOnSignal(t *testing.T) {
+	db := pgtest.NewDB(t)
+	env := envOf(map[string]string{"DATABASE_URL": db.URL, "RINDLE_JWT_SECRET": testSecret})
+	ctx, signal := context.WithCancel(context.Background())
+	defer signal()
+	logs, logw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-slot", slotFor(db)}, env, logw, io.Discard)
+		_ = logw.Close()
+	}()
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", slotFor(db))
+	})
+	lines := bufio.NewScanner(logs)
+	var base string
+	for lines.Scan() {
+		if m := regexp.MustCompile(`url=(http://\S+)`).FindStringSubmatch(lines.Text()); m != nil {
+			base = m[1]
+			break
+		}
+	}
+	require.NotEmpty(t, base, "rindled never said where it listens")
+	go func() { _, _ = io.Copy(io.Discard, logs) }()
+
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"token", "-sub", "svc", "-scope", "producer"}, env, &out, io.Discard))
+	tok := strings.TrimSpace(out.String())
+	call := func(method, path, body string) int {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusCreated, call("POST", "/v1/messages", `{"id":"m","owner":"alice"}`))
+	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/open", ""))
+	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/append", `{"text":"cut short 😀"}`))
+	require.Equal(t, http.StatusOK, call("GET", "/readyz", ""))
+
+	signal() // SIGTERM
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("rindled did not stop")
+	}
+	var body, status string
+	require.NoError(t, db.Pool.QueryRow(t.Context(), "SELECT body, status FROM messages WHERE id = 'm'").Scan(&body, &status))
+	require.Equal(t, "interrupted", status, "the drain sealed the live stream")
+	require.Equal(t, "cut short 😀", body, "with everything produced")
+}
+
+func TestTokenIsVerifiableWithTheSecret(t *testing.T) {
+	var out bytes.Buffer
+	env := envOf(map[string]string{"RINDLE_JWT_SECRET": testSecret})
+	require.NoError(t, run(t.Context(), []string{"token", "-sub", "alice", "-ttl", "1h"}, env, &out, io.Discard))
+	var c httpapi.Claims
+	_, err := jwt.ParseWithClaims(strings.TrimSpace(out.String()), &c, func(*jwt.Token) (any, error) { return []byte(testSecret), nil })
+	require.NoError(t, err)
+	require.Equal(t, "alice", c.Subject)
+	require.ErrorContains(t, run(t.Context(), []string{"token"}, env, io.Discard, io.Discard), "-sub is required")
+}
+
+func TestMigrateAppliesTheSchema(t *testing.T) {
+	db := pgtest.NewBareDB(t)
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"migrate"}, envOf(map[string]string{"DATABASE_URL": db.URL}), &out, io.Discard))
+	require.Contains(t, out.String(), "applied migrations [1 2]")
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"migrate"}, envOf(map[string]string{"DATABASE_URL": db.URL}), &out, io.Discard))
+	require.Contains(t, out.String(), "applied migrations []", "idempotent")
+}
+
+func TestHelpAndRefusals(t *testing.T) {
+	var errOut bytes.Buffer
+	err := run(t.Context(), []string{"-h"}, envOf(nil), io.Discard, &errOut)
+	require.True(t, errors.Is(err, flag.ErrHelp))
+	for _, s := range []string{"DATABASE_URL", "RINDLE_ADDR", "RINDLE_JWT_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT", "rindled token"} {
+		require.Contains(t, errOut.String(), s)
+	}
+	require.ErrorContains(t, run(t.Context(), []string{"bogus"}, envOf(nil), io.Discard, io.Discard), `unknown command "bogus"`)
+	err = run(t.Context(), nil, envOf(map[string]string{"DATABASE_URL": "host=/nowhere"}), io.Discard, io.Discard)
+	require.ErrorContains(t, err, "RINDLE_JWT_SECRET is required with DATABASE_URL")
+	err = run(t.Context(), []string{"token", "-sub", "a"}, envOf(map[string]string{"RINDLE_JWT_SECRET": "short"}), io.Discard, io.Discard)
+	require.ErrorContains(t, err, "at least 32 bytes")
+}
