@@ -8,6 +8,8 @@ import (
 	"go.uber.org/goleak"
 )
 
-func propagationCarrier(h http.Header) propagation.TextMapCarrier { return propagation.HeaderCarrier(h) }
+func propagationCarrier(h http.Header) propagation.TextMapCarrier {
+	return propagation.HeaderCarrier(h)
+}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

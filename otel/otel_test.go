@@ -119,7 +119,9 @@ func TestOTLPExportOverHTTP(t *testing.T) {
 func TestAPlaneFeedsTheInstruments(t *testing.T) {
 	tel, _, reader := setup(t, rotel.Config{})
 	plane, err := producer.New(producer.Config{
-		Committer:        producer.CommitFunc(func(context.Context, producer.CommitInput) (producer.AppendResult, error) { return producer.AppendResult{}, nil }),
+		Committer: producer.CommitFunc(func(context.Context, producer.CommitInput) (producer.AppendResult, error) {
+			return producer.AppendResult{}, nil
+		}),
 		Authorize:        func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
 		OnCheckpointFunc: tel.Instruments.ObserveCheckpoint,
 	})
