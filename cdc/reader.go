@@ -219,15 +219,24 @@ func (r *Reader) Setup(ctx context.Context) error {
 	return nil
 }
 
-// DropSlot removes the slot (and with it the WAL it holds). For tests and decommissioning.
+// DropSlot removes the slot (and with it the WAL it holds). For tests and decommissioning. It
+// waits for a reader that just stopped to release the slot (its walsender exits
+// asynchronously); a slot that does not exist is not an error.
 func (r *Reader) DropSlot(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, r.cfg.ConnString)
+	conn, err := pgconn.ConnectConfig(ctx, r.replConf)
 	if err != nil {
-		return err
+		return fmt.Errorf("cdc: replication connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Slot)
-	return err
+	err = pglogrepl.DropReplicationSlot(ctx, conn, r.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cdc: drop slot %s: %w", r.cfg.Slot, err)
+	}
+	return nil
 }
 
 // SlotLag is how many WAL bytes the slot holds back: the distance from the server's current WAL

@@ -58,7 +58,7 @@ func setup(t *testing.T) *world {
 		reader.Stop()
 		w.view.Stop()
 		_ = broker.Close()
-		_ = reader.DropSlot(context.Background())
+		require.NoError(t, reader.DropSlot(context.Background()))
 	})
 	return w
 }

@@ -99,7 +99,7 @@ func setup(t testing.TB) *world {
 		w.reader.Stop()
 		w.view.Stop()
 		_ = w.broker.Close()
-		_ = w.reader.DropSlot(context.Background())
+		require.NoError(t, w.reader.DropSlot(context.Background()))
 	})
 	return w
 }

@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/httpapi"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 )
@@ -46,7 +48,11 @@ func TestServeThenDrainOnSignal(t *testing.T) {
 		_ = logw.Close()
 	}()
 	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", slotFor(db))
+		// The slot outlives the server; drop it (waiting for the walsender to let go) so the
+		// test database can be dropped.
+		r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: slotFor(db), Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil)})
+		require.NoError(t, err)
+		require.NoError(t, r.DropSlot(context.Background()))
 	})
 	lines := bufio.NewScanner(logs)
 	var base string
