@@ -46,6 +46,7 @@ Usage:
   rindled migrate [flags]    apply the schema migrations and exit
   rindled token [flags] -sub SUBJECT [-scope producer] [-ttl 24h]
                              print a development bearer token
+  rindled health [flags]     exit 0 if the server at -addr is ready (for container health checks)
 
 Every flag also reads an environment variable (shown in brackets).
 `
@@ -135,8 +136,37 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		fmt.Fprintln(stdout, tok)
 		return nil
+	case "health":
+		s, err := parse("rindled health", args, getenv, stderr, nil)
+		if err != nil {
+			return err
+		}
+		host, port, err := net.SplitHostPort(s.addr)
+		if err != nil {
+			return fmt.Errorf("health: -addr %q: %w", s.addr, err)
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(hctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("health: %w", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("health: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		}
+		fmt.Fprintln(stdout, "ready")
+		return nil
 	}
-	return fmt.Errorf("unknown command %q (serve, migrate, token)", cmd)
+	return fmt.Errorf("unknown command %q (serve, migrate, token, health)", cmd)
 }
 
 // database returns the URL to use, starting the private cluster when none is configured.

@@ -83,6 +83,9 @@ func TestServeThenDrainOnSignal(t *testing.T) {
 	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/open", ""))
 	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/append", `{"text":"cut short 😀"}`))
 	require.Equal(t, http.StatusOK, call("GET", "/readyz", ""))
+	var health bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"health", "-addr", strings.TrimPrefix(base, "http://")}, env, &health, io.Discard))
+	require.Equal(t, "ready\n", health.String(), "the container health check")
 
 	signal() // SIGTERM
 	select {
@@ -126,6 +129,7 @@ func TestHelpAndRefusals(t *testing.T) {
 		require.Contains(t, errOut.String(), s)
 	}
 	require.ErrorContains(t, run(t.Context(), []string{"bogus"}, envOf(nil), io.Discard, io.Discard), `unknown command "bogus"`)
+	require.ErrorContains(t, run(t.Context(), []string{"health", "-addr", "127.0.0.1:1"}, envOf(nil), io.Discard, io.Discard), "health:")
 	err = run(t.Context(), nil, envOf(map[string]string{"DATABASE_URL": "host=/nowhere"}), io.Discard, io.Discard)
 	require.ErrorContains(t, err, "RINDLE_JWT_SECRET is required with DATABASE_URL")
 	err = run(t.Context(), []string{"token", "-sub", "a"}, envOf(map[string]string{"RINDLE_JWT_SECRET": "short"}), io.Discard, io.Discard)
