@@ -1,0 +1,111 @@
+package main
+
+import (
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+func loadCompose(t *testing.T, env []string) (*types.Project, error) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root), cli.WithEnv(env), cli.WithName("rindle"))
+	require.NoError(t, err)
+	return opts.LoadProject(t.Context())
+}
+
+// TestComposeFileMatchesTheBinary loads docker-compose.yml with the compose-spec loader (no
+// Docker engine runs here) and checks every wire between the services against what rindled
+// reads and serves.
+func TestComposeFileMatchesTheBinary(t *testing.T) {
+	_, err := loadCompose(t, nil)
+	require.ErrorContains(t, err, "RINDLE_JWT_SECRET", "the stack refuses to start without a secret")
+	p, err := loadCompose(t, []string{"RINDLE_JWT_SECRET=" + testSecret})
+	require.NoError(t, err)
+
+	names := p.ServiceNames()
+	slices.Sort(names)
+	require.Equal(t, []string{"jaeger", "otel-collector", "postgres", "rindled"}, names)
+	pg, rd, col, jg := p.Services["postgres"], p.Services["rindled"], p.Services["otel-collector"], p.Services["jaeger"]
+
+	require.Contains(t, []string(pg.Command), "wal_level=logical", "the CDC reader needs logical replication")
+	require.NotNil(t, pg.HealthCheck)
+
+	// Every variable rindled is given is one it reads.
+	known := map[string]bool{}
+	_, err = parse("rindled", nil, func(k string) string { known[k] = true; return "" }, io.Discard, nil)
+	require.NoError(t, err)
+	for k := range rd.Environment {
+		require.True(t, known[k], "rindled does not read %s", k)
+	}
+	env := func(k string) string {
+		v := rd.Environment[k]
+		require.NotNil(t, v, k)
+		return *v
+	}
+	require.Equal(t, testSecret, env("RINDLE_JWT_SECRET"))
+
+	// DATABASE_URL reaches the postgres service with its credentials.
+	db, err := pgx.ParseConfig(env("DATABASE_URL"))
+	require.NoError(t, err)
+	require.Equal(t, "postgres", db.Host)
+	require.Equal(t, uint16(5432), db.Port)
+	require.Equal(t, *pg.Environment["POSTGRES_USER"], db.User)
+	require.Equal(t, *pg.Environment["POSTGRES_PASSWORD"], db.Password)
+	require.Equal(t, *pg.Environment["POSTGRES_DB"], db.Database)
+	require.Equal(t, types.ServiceConditionHealthy, rd.DependsOn["postgres"].Condition)
+
+	// The listen address is the published port, on every interface inside the container.
+	require.Equal(t, "0.0.0.0:8080", env("RINDLE_ADDR"))
+	require.Len(t, rd.Ports, 1)
+	require.Equal(t, uint32(8080), rd.Ports[0].Target)
+
+	// The health check runs the binary's own health command against that address.
+	require.NotNil(t, rd.HealthCheck)
+	require.Equal(t, []string{"CMD", "/rindled", "health", "-addr", "0.0.0.0:8080"}, []string(rd.HealthCheck.Test))
+	err = run(t.Context(), []string{"health", "-addr", "127.0.0.1:1"}, envOf(nil), io.Discard, io.Discard)
+	require.ErrorContains(t, err, "health:", "the health command exists")
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	require.NoError(t, err)
+	require.Contains(t, string(dockerfile), "./cmd/rindled")
+	require.Contains(t, string(dockerfile), `ENTRYPOINT ["/rindled"]`, "the health check's path is the image's binary")
+
+	// Traces: rindled → collector (OTLP/HTTP) → Jaeger (OTLP/gRPC).
+	otlp, err := url.Parse(env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+	require.NoError(t, err)
+	require.Equal(t, "otel-collector", otlp.Hostname())
+	var colCfg struct {
+		Receivers struct {
+			OTLP struct {
+				Protocols struct {
+					HTTP struct{ Endpoint string } `yaml:"http"`
+				}
+			} `yaml:"otlp"`
+		}
+		Exporters map[string]struct{ Endpoint string }
+		Service   struct {
+			Pipelines map[string]struct{ Exporters []string }
+		}
+	}
+	raw, err := os.ReadFile("../../deploy/otel-collector.yaml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(raw, &colCfg))
+	require.True(t, strings.HasSuffix(colCfg.Receivers.OTLP.Protocols.HTTP.Endpoint, ":"+otlp.Port()), "the collector listens where rindled sends")
+	require.Contains(t, colCfg.Service.Pipelines["traces"].Exporters, "otlp/jaeger")
+	require.Equal(t, "jaeger:4317", colCfg.Exporters["otlp/jaeger"].Endpoint)
+	require.Contains(t, col.DependsOn, "jaeger")
+	require.Equal(t, "true", *jg.Environment["COLLECTOR_OTLP_ENABLED"])
+	require.NotNil(t, rd.Build, "rindled is built from this repository")
+}
