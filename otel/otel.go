@@ -5,8 +5,8 @@
 //
 // It owns no business rules and sets no globals: cmd/rindled alone decides whether to install
 // the providers globally. It observes the other packages only through the hooks they already
-// expose (producer.Config.OnCheckpointFunc and OnCheckpointErrorFunc, ivm.Config.OnApplyFunc,
-// a slot-lag callback).
+// expose (producer.Config's OnCheckpointFunc, OnCheckpointErrorFunc, OnStreamFunc and
+// OnSubscriberFunc, ivm.Config.OnApplyFunc, a slot-lag callback).
 //
 // Histograms carry explicit buckets in seconds (the SDK's defaults suit milliseconds).
 //
@@ -166,13 +166,16 @@ type Instruments struct {
 	checkpointDuration metric.Float64Histogram
 	checkpointFailures metric.Int64Counter
 	cdcLag             metric.Float64Histogram
+	liveStreams        metric.Int64UpDownCounter
+	subscribers        metric.Int64UpDownCounter
+	staleDrops         metric.Int64Counter
 }
 
 // NewInstruments creates the instruments on mp and a tracer on tp.
 func NewInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*Instruments, error) {
 	m := mp.Meter(ScopeName)
 	i := &Instruments{tracer: tp.Tracer(ScopeName), meter: m}
-	var errs [5]error
+	var errs [8]error
 	i.durabilityLag, errs[0] = m.Float64Histogram("rindle.durability.lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a character's production to the store confirming it (the oldest character of each checkpoint)."),
 		metric.WithExplicitBucketBoundaries(lagBuckets...))
@@ -184,10 +187,31 @@ func NewInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*Instrume
 		metric.WithDescription("Checkpoints that exhausted their retries (a durability stall)."))
 	i.cdcLag, errs[4] = m.Float64Histogram("rindle.cdc.lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a transaction's commit to its application in the view."), metric.WithExplicitBucketBoundaries(lagBuckets...))
+	i.liveStreams, errs[5] = m.Int64UpDownCounter("rindle.streams.live", metric.WithUnit("{stream}"),
+		metric.WithDescription("Streams hosted on this instance's live plane."))
+	i.subscribers, errs[6] = m.Int64UpDownCounter("rindle.subscribers", metric.WithUnit("{subscriber}"),
+		metric.WithDescription("Readers attached to this instance's live streams."))
+	i.staleDrops, errs[7] = m.Int64Counter("rindle.subscribers.stale_drops",
+		metric.WithDescription("Readers dropped with stale for not draining their queue."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("otel: instruments: %w", err)
 	}
 	return i, nil
+}
+
+// ObserveStream counts streams joining (+1) and leaving (-1) the live plane. Use it as
+// producer.Config.OnStreamFunc.
+func (i *Instruments) ObserveStream(delta int) {
+	i.liveStreams.Add(context.Background(), int64(delta))
+}
+
+// ObserveSubscriber counts readers attaching and leaving, and stale drops. Use it as
+// producer.Config.OnSubscriberFunc.
+func (i *Instruments) ObserveSubscriber(delta int, stale bool) {
+	i.subscribers.Add(context.Background(), int64(delta))
+	if stale {
+		i.staleDrops.Add(context.Background(), 1)
+	}
 }
 
 // ObserveCheckpoint records a confirmed checkpoint: its lag, size and duration, and a span that

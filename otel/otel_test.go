@@ -70,6 +70,17 @@ func TestInstrumentsRecordCheckpointsApplyAndSlotLag(t *testing.T) {
 	require.Equal(t, uint64(1), ms["rindle.cdc.lag"].Data.(metricdata.Histogram[float64]).DataPoints[0].Count)
 	require.Equal(t, int64(4096), ms["rindle.cdc.slot_lag"].Data.(metricdata.Gauge[int64]).DataPoints[0].Value)
 
+	inst.ObserveStream(1)
+	inst.ObserveStream(1)
+	inst.ObserveStream(-1)
+	inst.ObserveSubscriber(1, false)
+	inst.ObserveSubscriber(1, false)
+	inst.ObserveSubscriber(-1, true)
+	ms = metricsByName(t, reader)
+	require.Equal(t, int64(1), ms["rindle.streams.live"].Data.(metricdata.Sum[int64]).DataPoints[0].Value)
+	require.Equal(t, int64(1), ms["rindle.subscribers"].Data.(metricdata.Sum[int64]).DataPoints[0].Value)
+	require.Equal(t, int64(1), ms["rindle.subscribers.stale_drops"].Data.(metricdata.Sum[int64]).DataPoints[0].Value)
+
 	got := spans.GetSpans()
 	require.Len(t, got, 2)
 	require.Equal(t, "rindle.checkpoint", got[0].Name)

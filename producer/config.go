@@ -119,6 +119,16 @@ type Config struct {
 	// the stream's checkpoint goroutine and must not block.
 	OnCheckpointFunc func(info CheckpointInfo)
 
+	// OnStreamFunc, if set, hears a stream join this plane (+1, a successful Open) and leave it
+	// (-1: evicted after its linger, or torn down by Close): a live-streams gauge. It runs with
+	// plane state locked and must not block or call back into the plane.
+	OnStreamFunc func(delta int)
+
+	// OnSubscriberFunc, if set, hears a local reader attach to a live stream (+1) and leave it
+	// (-1); stale is true when it left dropped for not draining its queue. Same rules as
+	// OnStreamFunc.
+	OnSubscriberFunc func(delta int, stale bool)
+
 	// OnCheckpointErrorFunc hears a checkpoint that exhausted its retries. The stream keeps
 	// streaming (a durability stall, not a stream stall), so the error must not vanish. Defaults
 	// to logging at error level.

@@ -446,6 +446,7 @@ func (s *LiveStream) commitSealLocked() {
 	for _, sub := range s.subs {
 		sub.idx = -1
 		sub.finish(end)
+		s.p.subscriberDelta(-1, false)
 	}
 	s.subs = nil
 	close(s.sealDone)
@@ -500,7 +501,7 @@ func (s *LiveStream) fanoutLocked(f Frame) {
 		sub := s.subs[i]
 		if !sub.offer(f) {
 			// Bounded, then dropped: a reader that stopped draining costs itself a rejoin.
-			s.removeSubLocked(sub)
+			s.removeSubLocked(sub, true)
 			sub.finish(Frame{Type: FrameStale, FloorSeq: s.buf.from, DurableSeq: s.durableSeq})
 			continue
 		}
@@ -508,11 +509,13 @@ func (s *LiveStream) fanoutLocked(f Frame) {
 	}
 }
 
-func (s *LiveStream) removeSubLocked(sub *subscriber) {
+// removeSubLocked unregisters a reader, once: stale says it was dropped for not draining.
+func (s *LiveStream) removeSubLocked(sub *subscriber, stale bool) {
 	i := sub.idx
 	if i < 0 || i >= len(s.subs) || s.subs[i] != sub {
 		return
 	}
+	s.p.subscriberDelta(-1, stale)
 	last := len(s.subs) - 1
 	s.subs[i] = s.subs[last]
 	s.subs[i].idx = i
@@ -524,7 +527,7 @@ func (s *LiveStream) removeSubLocked(sub *subscriber) {
 func (s *LiveStream) detachSub(sub *subscriber) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.removeSubLocked(sub)
+	s.removeSubLocked(sub, false)
 }
 
 // subscribe attaches a reader at from in one critical section (snapshot, replay, register), so
@@ -564,6 +567,7 @@ func (s *LiveStream) subscribe(from Seq) *Subscription {
 	}
 	sub.idx = len(s.subs)
 	s.subs = append(s.subs, sub)
+	s.p.subscriberDelta(1, false)
 	return out
 }
 
@@ -579,6 +583,7 @@ func (s *LiveStream) detach() {
 	s.subs = nil
 	for _, sub := range subs {
 		sub.idx = -1
+		s.p.subscriberDelta(-1, false)
 	}
 	s.rejectWaitersLocked(math.MaxInt64, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: ErrClosed})
 	s.mu.Unlock()

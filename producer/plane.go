@@ -85,7 +85,20 @@ func (p *Plane) Open(ctx context.Context, in OpenStreamInput) (*LiveStream, erro
 		s.detach()
 		return nil, err
 	}
+	p.streamDelta(1)
 	return s, nil
+}
+
+func (p *Plane) streamDelta(d int) {
+	if f := p.cfg.OnStreamFunc; f != nil {
+		f(d)
+	}
+}
+
+func (p *Plane) subscriberDelta(d int, stale bool) {
+	if f := p.cfg.OnSubscriberFunc; f != nil {
+		f(d, stale)
+	}
 }
 
 // Stream returns the live stream hosted here under id, if any.
@@ -177,6 +190,7 @@ func (p *Plane) Close() {
 	p.cancel(errPlaneClosed)
 	for _, s := range streams {
 		s.detach()
+		p.streamDelta(-1)
 	}
 	for sub := range relayed {
 		sub.close()
@@ -187,11 +201,15 @@ func (p *Plane) Close() {
 // retire evicts a sealed stream once its linger window has passed.
 func (p *Plane) retire(s *LiveStream) {
 	p.mu.Lock()
-	if p.live[s.id] == s {
+	ours := p.live[s.id] == s
+	if ours {
 		delete(p.live, s.id)
 	}
 	p.mu.Unlock()
 	s.detach()
+	if ours {
+		p.streamDelta(-1)
+	}
 }
 
 // retry runs one commit step with the checkpoint retry policy: each attempt bounded by

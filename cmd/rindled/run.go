@@ -328,6 +328,8 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 		// The HTTP layer authorizes every read (owner or producer scope) before it subscribes.
 		Authorize:        func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
 		OnCheckpointFunc: tel.Instruments.ObserveCheckpoint,
+		OnStreamFunc:     tel.Instruments.ObserveStream,
+		OnSubscriberFunc: tel.Instruments.ObserveSubscriber,
 		OnCheckpointErrorFunc: func(err error, info producer.CheckpointInfo) {
 			tel.Instruments.ObserveCheckpointError(info)
 			logger.Error("checkpoint failed", "stream", info.StreamID, "from", info.From, "seq", info.Seq, "err", err)
