@@ -175,7 +175,13 @@ func (d *decoder) row(relID uint32, tuple, old *pglogrepl.TupleData, created boo
 		if tuple != nil && !created {
 			return nil // chunk rows are append-only; an app that edits one gets no event
 		}
-		d.tx.Events = append(d.tx.Events, Event{Kind: ChunkAppended, StreamID: stream, Seq: seq, Text: body})
+		ev := Event{Kind: ChunkAppended, StreamID: stream, Seq: seq, Text: body}
+		if c.ChunkTraceparent != "" {
+			if tp, ok := cols[c.ChunkTraceparent]; ok && tp.DataType == pglogrepl.TupleDataTypeText {
+				ev.Traceparent = string(tp.Data)
+			}
+		}
+		d.tx.Events = append(d.tx.Events, ev)
 		return nil
 	}
 	id, ok, err := text(c.Key)

@@ -38,6 +38,9 @@ type Event struct {
 	Status   string       `json:"status,omitempty"`
 	Error    *string      `json:"error,omitempty"`
 	Created  bool         `json:"created,omitempty"` // MessageChanged from an INSERT
+	// Traceparent is the W3C trace context a ChunkAppended's checkpoint wrote with the row,
+	// when the chunk table has a traceparent column.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // From is a chunk's start offset.
@@ -53,11 +56,24 @@ type Tx struct {
 	Events     []Event       `json:"events"`
 }
 
+// Traceparent is the trace context of the transaction's first chunk that carries one: the
+// checkpoint that wrote it, whose trace a consumer continues.
+func (t *Tx) Traceparent() string {
+	for _, e := range t.Events {
+		if e.Traceparent != "" {
+			return e.Traceparent
+		}
+	}
+	return ""
+}
+
 // Watermill metadata keys the reader sets on every message.
 const (
 	MetaLSN        = "rindle_lsn"
 	MetaCommitTime = "rindle_commit_time"
 	MetaXid        = "rindle_xid"
+	// MetaTraceparent is the W3C trace context of the checkpoint, when the row carried one.
+	MetaTraceparent = "traceparent"
 )
 
 // Encode is the wire form of a Tx in a watermill payload.

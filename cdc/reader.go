@@ -426,6 +426,9 @@ func (r *Reader) publish(ctx context.Context, tx *Tx, status func(context.Contex
 		msg.Metadata.Set(MetaLSN, tx.EndLSN.String())
 		msg.Metadata.Set(MetaCommitTime, tx.CommitTime.UTC().Format(time.RFC3339Nano))
 		msg.Metadata.Set(MetaXid, strconv.FormatUint(uint64(tx.Xid), 10))
+		if tp := tx.Traceparent(); tp != "" {
+			msg.Metadata.Set(MetaTraceparent, tp)
+		}
 		err := r.cfg.Publisher.Publish(r.cfg.Topic, msg)
 		if err == nil {
 			r.stalled.Store(false)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -70,6 +71,10 @@ func New(cfg Config) (*Store, error) {
 		token = "open-" + rand.Text()
 	}
 	msg := q(t.Message)
+	traceCol, traceVal := "", ""
+	if c.ChunkTraceparent != "" {
+		traceCol, traceVal = ", "+q(c.ChunkTraceparent), ", $6"
+	}
 	s := statements{
 		probeOpen: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), msg, q(c.Key)),
 		// Both checkpoint statements are guarded by the same predicate. seq = from: the CAS refuses
@@ -78,8 +83,8 @@ func New(cfg Config) (*Store, error) {
 		// 'streaming': a departure from DESIGN §5's SQL, which fences a zombie producer (its
 		// lease lapsed, the sweeper sealed its row) out of a sealed row. ON CONFLICT is the belt
 		// under those braces.
-		insertChunk: fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s) SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM %s WHERE %s = $2 AND %s = $5 AND %s = 'streaming') ON CONFLICT DO NOTHING",
-			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), msg, q(c.Key), q(c.Seq), q(c.Status)),
+		insertChunk: fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s%s) SELECT $1, $2, $3, $4%s WHERE EXISTS (SELECT 1 FROM %s WHERE %s = $2 AND %s = $5 AND %s = 'streaming') ON CONFLICT DO NOTHING",
+			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), traceCol, traceVal, msg, q(c.Key), q(c.Seq), q(c.Status)),
 		casSeq: fmt.Sprintf("UPDATE %s SET %s = $1 WHERE %s = $2 AND %s = $3 AND %s = 'streaming'", msg, q(c.Seq), q(c.Key), q(c.Seq), q(c.Status)),
 		// The chunks go only if this compaction's own update landed: a fenced compaction must not
 		// delete chunks it did not fold into the body.
@@ -173,8 +178,12 @@ func (s *Store) Open(ctx context.Context, in producer.OpenInput) error {
 // the read-back alone decides what is durable. If the transaction's reply is lost, the read-back
 // still tells whether it committed.
 func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.AppendResult, error) {
+	args := []any{ChunkID(in.StreamID, in.Seq), in.StreamID, int64(in.Seq), in.Text, int64(in.From)}
+	if s.t.Columns.ChunkTraceparent != "" {
+		args = append(args, traceparent(ctx))
+	}
 	err := s.db.Batch(ctx,
-		Statement{SQL: s.sqlOf.insertChunk, Args: []any{ChunkID(in.StreamID, in.Seq), in.StreamID, int64(in.Seq), in.Text, int64(in.From)}},
+		Statement{SQL: s.sqlOf.insertChunk, Args: args},
 		Statement{SQL: s.sqlOf.casSeq, Args: []any{int64(in.Seq), in.StreamID, int64(in.From)}},
 	)
 	if err != nil {
@@ -274,4 +283,14 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 		return fmt.Errorf("stream %s: close %s at %d: the row holds %s at %d: %w", in.StreamID, in.Status, in.Seq, status, seq, producer.ErrFenced)
 	}
 	return nil
+}
+
+// traceparent formats the W3C traceparent of ctx's span, or NULL without one.
+func traceparent(ctx context.Context) *string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	v := fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	return &v
 }

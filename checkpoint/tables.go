@@ -36,6 +36,10 @@ type Columns struct {
 	ChunkSeq string
 	// ChunkText is the chunk's slice of the text. Defaults to "text".
 	ChunkText string
+	// ChunkTraceparent, if named, receives the W3C traceparent of the checkpoint's commit
+	// context, so the CDC reader and the view continue the producer's trace (logical
+	// replication carries no trace context of its own). No default.
+	ChunkTraceparent string
 }
 
 // Tables locates the app's message table and the append-only chunk table. The app owns and
@@ -59,7 +63,7 @@ func DefaultTables() Tables {
 	return Tables{
 		Message: "messages",
 		Chunks:  "message_chunks",
-		Columns: Columns{Cancel: "cancel_requested", Error: "error", Host: "host"},
+		Columns: Columns{Cancel: "cancel_requested", Error: "error", Host: "host", ChunkTraceparent: "traceparent"},
 	}
 }
 
@@ -92,7 +96,7 @@ func (t Tables) validate() error {
 		{"Columns.Key", c.Key}, {"Columns.Body", c.Body}, {"Columns.Status", c.Status}, {"Columns.Seq", c.Seq},
 		{"Columns.Cancel", c.Cancel}, {"Columns.Error", c.Error}, {"Columns.Host", c.Host},
 		{"Columns.ChunkKey", c.ChunkKey}, {"Columns.ChunkStream", c.ChunkStream},
-		{"Columns.ChunkSeq", c.ChunkSeq}, {"Columns.ChunkText", c.ChunkText},
+		{"Columns.ChunkSeq", c.ChunkSeq}, {"Columns.ChunkText", c.ChunkText}, {"Columns.ChunkTraceparent", c.ChunkTraceparent},
 	} {
 		if strings.ContainsAny(n.name, "\"\x00") {
 			return &ConfigError{Field: "Tables." + n.field, Reason: fmt.Sprintf("%q contains a double quote or NUL; rename it rather than escape it", n.name)}
@@ -132,9 +136,13 @@ func ChunkTableDDL(t Tables) ([]string, error) {
 		return nil, err
 	}
 	c := t.Columns
+	trace := ""
+	if c.ChunkTraceparent != "" {
+		trace = ", " + q(c.ChunkTraceparent) + " text"
+	}
 	return []string{
-		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s text PRIMARY KEY, %s text NOT NULL REFERENCES %s (%s) ON DELETE CASCADE, %s bigint NOT NULL, %s text NOT NULL)",
-			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(t.Message), q(c.Key), q(c.ChunkSeq), q(c.ChunkText)),
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s text PRIMARY KEY, %s text NOT NULL REFERENCES %s (%s) ON DELETE CASCADE, %s bigint NOT NULL, %s text NOT NULL%s)",
+			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(t.Message), q(c.Key), q(c.ChunkSeq), q(c.ChunkText), trace),
 		fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s)",
 			q(t.Chunks+"_stream_seq"), q(t.Chunks), q(c.ChunkStream), q(c.ChunkSeq)),
 	}, nil

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
@@ -214,8 +215,32 @@ func (i *Instruments) ObserveSubscriber(delta int, stale bool) {
 	}
 }
 
-// ObserveCheckpoint records a confirmed checkpoint: its lag, size and duration, and a span that
-// covers its commit. Use it as producer.Config.OnCheckpointFunc.
+// CommitContext starts the span of one checkpoint's commit (retries included) and returns its
+// context, which the checkpoint.Store writes into the chunk row as a traceparent: the CDC reader
+// and the view continue this trace. Use it as producer.Config.CommitContextFunc.
+func (i *Instruments) CommitContext(ctx context.Context, info producer.CheckpointInfo) (context.Context, func(error)) {
+	kind := "append"
+	if info.Seal {
+		kind = "seal"
+	}
+	ctx, span := i.tracer.Start(ctx, "rindle.checkpoint", trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		attribute.String("rindle.stream_id", info.StreamID),
+		attribute.Int64("rindle.from", int64(info.From)),
+		attribute.Int64("rindle.seq", int64(info.Seq)),
+		attribute.Int64("rindle.chars", int64(info.Seq-info.From)),
+		attribute.String("rindle.checkpoint.kind", kind),
+	))
+	return ctx, func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
+// ObserveCheckpoint records a confirmed checkpoint's lag, size and duration. Use it as
+// producer.Config.OnCheckpointFunc.
 func (i *Instruments) ObserveCheckpoint(info producer.CheckpointInfo) {
 	ctx := context.Background()
 	kind := "append"
@@ -228,16 +253,6 @@ func (i *Instruments) ObserveCheckpoint(info producer.CheckpointInfo) {
 	if info.Lag > 0 {
 		i.durabilityLag.Record(ctx, info.Lag.Seconds(), attrs)
 	}
-	end := time.Now()
-	_, span := i.tracer.Start(ctx, "rindle.checkpoint", trace.WithTimestamp(end.Add(-info.Duration)), trace.WithAttributes(
-		attribute.String("rindle.stream_id", info.StreamID),
-		attribute.Int64("rindle.from", int64(info.From)),
-		attribute.Int64("rindle.seq", int64(info.Seq)),
-		attribute.Int64("rindle.chars", int64(info.Seq-info.From)),
-		attribute.Float64("rindle.lag_s", info.Lag.Seconds()),
-		attribute.String("rindle.checkpoint.kind", kind),
-	))
-	span.End(trace.WithTimestamp(end))
 }
 
 // ObserveCheckpointError counts a checkpoint that exhausted its retries. Use it inside
@@ -246,10 +261,22 @@ func (i *Instruments) ObserveCheckpointError(info producer.CheckpointInfo) {
 	i.checkpointFailures.Add(context.Background(), 1)
 }
 
-// ObserveApply records a transaction's commit-to-view lag. Use it as ivm.Config.OnApplyFunc's
-// body.
-func (i *Instruments) ObserveApply(lag time.Duration) {
+// ObserveApply records a transaction's commit-to-view lag and, when the checkpoint left its
+// traceparent in the row, a span of that trace from the commit to the view's apply. Use it from
+// ivm.Config.OnApplyFunc with the transaction's Traceparent().
+func (i *Instruments) ObserveApply(lag time.Duration, traceparent string) {
 	i.cdcLag.Record(context.Background(), lag.Seconds())
+	if traceparent == "" {
+		return
+	}
+	parent := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	if !trace.SpanContextFromContext(parent).IsValid() {
+		return
+	}
+	end := time.Now()
+	_, span := i.tracer.Start(parent, "rindle.ivm.apply", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(end.Add(-lag)), trace.WithAttributes(attribute.Float64("rindle.cdc.lag_s", lag.Seconds())))
+	span.End(trace.WithTimestamp(end))
 }
 
 // ObserveSlotLag registers a gauge of the replication slot's retained WAL, read by f at each

@@ -2,6 +2,7 @@ package otel_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -50,7 +51,7 @@ func TestInstrumentsRecordCheckpointsApplyAndSlotLag(t *testing.T) {
 	inst.ObserveCheckpoint(producer.CheckpointInfo{StreamID: "m", From: 0, Seq: 300, Duration: 12 * time.Millisecond, Lag: 800 * time.Millisecond})
 	inst.ObserveCheckpoint(producer.CheckpointInfo{StreamID: "m", From: 300, Seq: 310, Duration: 5 * time.Millisecond, Seal: true})
 	inst.ObserveCheckpointError(producer.CheckpointInfo{StreamID: "m"})
-	inst.ObserveApply(3 * time.Millisecond)
+	inst.ObserveApply(3*time.Millisecond, "")
 	require.NoError(t, inst.ObserveSlotLag(func(context.Context) (int64, error) { return 4096, nil }))
 
 	ms := metricsByName(t, reader)
@@ -81,12 +82,7 @@ func TestInstrumentsRecordCheckpointsApplyAndSlotLag(t *testing.T) {
 	require.Equal(t, int64(1), ms["rindle.subscribers"].Data.(metricdata.Sum[int64]).DataPoints[0].Value)
 	require.Equal(t, int64(1), ms["rindle.subscribers.stale_drops"].Data.(metricdata.Sum[int64]).DataPoints[0].Value)
 
-	got := spans.GetSpans()
-	require.Len(t, got, 2)
-	require.Equal(t, "rindle.checkpoint", got[0].Name)
-	require.Equal(t, 12*time.Millisecond, got[0].EndTime.Sub(got[0].StartTime), "the span covers the commit")
-	require.Contains(t, got[0].Attributes, attribute.Int64("rindle.chars", 300))
-	require.Contains(t, got[0].Attributes, attribute.String("rindle.stream_id", "m"))
+	require.Empty(t, spans.GetSpans(), "metrics only: the span comes from CommitContext")
 
 	// Prometheus text at /metrics, with the service in the resource.
 	rec := httptest.NewRecorder()
@@ -95,6 +91,33 @@ func TestInstrumentsRecordCheckpointsApplyAndSlotLag(t *testing.T) {
 	require.Contains(t, body, "rindle_durability_lag_seconds_bucket")
 	require.Regexp(t, `rindle_checkpoint_failures_total\{[^}]*\} 1\n`, body)
 	require.Contains(t, body, `service_name="rindled"`)
+}
+
+// TestCheckpointSpanContinuesIntoTheView: the commit's span context, written into the row as a
+// traceparent and read back by the reader, parents the view's apply span: one trace.
+func TestCheckpointSpanContinuesIntoTheView(t *testing.T) {
+	tel, spans, _ := setup(t, rotel.Config{})
+	inst := tel.Instruments
+	ctx, settled := inst.CommitContext(context.Background(), producer.CheckpointInfo{StreamID: "m", From: 0, Seq: 300})
+	tp := http.Header{}
+	tel.Propagator.Inject(ctx, propagationCarrier(tp))
+	settled(nil)
+	_, failed := inst.CommitContext(context.Background(), producer.CheckpointInfo{StreamID: "m", From: 300, Seq: 310})
+	failed(errors.New("store down"))
+	inst.ObserveApply(5*time.Millisecond, tp.Get("traceparent"))
+	inst.ObserveApply(5*time.Millisecond, "garbage") // no valid parent: no span
+
+	got := spans.GetSpans()
+	require.Len(t, got, 3)
+	commit, failedSpan, apply := got[0], got[1], got[2]
+	require.Equal(t, "rindle.checkpoint", commit.Name)
+	require.Contains(t, commit.Attributes, attribute.Int64("rindle.chars", 300))
+	require.Contains(t, commit.Attributes, attribute.String("rindle.stream_id", "m"))
+	require.Equal(t, "Error", failedSpan.Status.Code.String())
+	require.Equal(t, "rindle.ivm.apply", apply.Name)
+	require.Equal(t, commit.SpanContext.TraceID(), apply.SpanContext.TraceID(), "one trace")
+	require.Equal(t, commit.SpanContext.SpanID(), apply.Parent.SpanID())
+	require.Equal(t, 5*time.Millisecond, apply.EndTime.Sub(apply.StartTime), "commit to apply")
 }
 
 func TestW3CPropagation(t *testing.T) {
@@ -120,6 +143,8 @@ func TestOTLPExportOverHTTP(t *testing.T) {
 	tel, shutdown, err := rotel.Setup(t.Context(), rotel.Config{OTLPEndpoint: collector.URL + "/", MetricInterval: time.Hour})
 	require.NoError(t, err)
 	tel.Instruments.ObserveCheckpoint(producer.CheckpointInfo{StreamID: "m", Seq: 10, Duration: time.Millisecond, Lag: time.Second})
+	_, settled := tel.Instruments.CommitContext(context.Background(), producer.CheckpointInfo{StreamID: "m", Seq: 10})
+	settled(nil)
 	require.NoError(t, shutdown(context.Background()), "shutdown flushes both exporters")
 	mu.Lock()
 	defer mu.Unlock()

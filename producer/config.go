@@ -119,6 +119,12 @@ type Config struct {
 	// the stream's checkpoint goroutine and must not block.
 	OnCheckpointFunc func(info CheckpointInfo)
 
+	// CommitContextFunc, if set, wraps the context of each checkpoint's commit (all its
+	// retries): tracing starts a span there, and a Committer that records trace context (the
+	// checkpoint.Store's traceparent column) writes it with the rows. The returned function is
+	// called once the commit settled, with its error. It must not block.
+	CommitContextFunc func(ctx context.Context, info CheckpointInfo) (context.Context, func(err error))
+
 	// OnStreamFunc, if set, hears a stream join this plane (+1, a successful Open) and leave it
 	// (-1: evicted after its linger, or torn down by Close): a live-streams gauge. It runs with
 	// plane state locked and must not block or call back into the plane.

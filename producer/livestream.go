@@ -323,11 +323,13 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 	s.mu.Unlock()
 	start := s.p.cfg.Clock.Now()
 	var res AppendResult
-	err := s.p.retry(s.p.ctx, func(ctx context.Context) error {
+	commitCtx, settled := s.p.commitContext(CheckpointInfo{StreamID: s.id, From: from, Seq: to})
+	err := s.p.retry(commitCtx, func(ctx context.Context) error {
 		var err error
 		res, err = s.p.cfg.Committer.Append(ctx, in)
 		return err
 	})
+	settled(err)
 	var truth Seq
 	var truthErr error
 	if err != nil {
@@ -418,7 +420,9 @@ func (s *LiveStream) commitSealLocked() {
 	pendingAt := s.pendingAt
 	s.mu.Unlock()
 	start := s.p.cfg.Clock.Now()
-	err := s.p.retry(s.p.ctx, func(ctx context.Context) error { return s.p.cfg.Committer.Close(ctx, in) })
+	commitCtx, settled := s.p.commitContext(CheckpointInfo{StreamID: s.id, From: from, Seq: in.Seq, Seal: true})
+	err := s.p.retry(commitCtx, func(ctx context.Context) error { return s.p.cfg.Committer.Close(ctx, in) })
+	settled(err)
 	now := s.p.cfg.Clock.Now()
 	info := CheckpointInfo{StreamID: s.id, From: from, Seq: in.Seq, Seal: true, Duration: now.Sub(start)}
 	if err != nil {

@@ -89,6 +89,14 @@ func (p *Plane) Open(ctx context.Context, in OpenStreamInput) (*LiveStream, erro
 	return s, nil
 }
 
+// commitContext wraps one checkpoint's commit context with CommitContextFunc.
+func (p *Plane) commitContext(info CheckpointInfo) (context.Context, func(error)) {
+	if f := p.cfg.CommitContextFunc; f != nil {
+		return f(p.ctx, info)
+	}
+	return p.ctx, func(error) {}
+}
+
 func (p *Plane) streamDelta(d int) {
 	if f := p.cfg.OnStreamFunc; f != nil {
 		f(d)

@@ -277,7 +277,7 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	broker := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NewSlogLogger(logger.With("part", "broker")))
 	defer broker.Close()
 	view, err := ivm.New(ivm.Config{Subscriber: broker, Pool: pool, Logger: logger,
-		OnApplyFunc: func(_ *cdc.Tx, lag time.Duration) { tel.Instruments.ObserveApply(lag) }})
+		OnApplyFunc: func(tx *cdc.Tx, lag time.Duration) { tel.Instruments.ObserveApply(lag, tx.Traceparent()) }})
 	if err != nil {
 		return err
 	}
@@ -326,10 +326,11 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	plane, err := producer.New(producer.Config{
 		Committer: store,
 		// The HTTP layer authorizes every read (owner or producer scope) before it subscribes.
-		Authorize:        func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
-		OnCheckpointFunc: tel.Instruments.ObserveCheckpoint,
-		OnStreamFunc:     tel.Instruments.ObserveStream,
-		OnSubscriberFunc: tel.Instruments.ObserveSubscriber,
+		Authorize:         func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
+		CommitContextFunc: tel.Instruments.CommitContext,
+		OnCheckpointFunc:  tel.Instruments.ObserveCheckpoint,
+		OnStreamFunc:      tel.Instruments.ObserveStream,
+		OnSubscriberFunc:  tel.Instruments.ObserveSubscriber,
 		OnCheckpointErrorFunc: func(err error, info producer.CheckpointInfo) {
 			tel.Instruments.ObserveCheckpointError(info)
 			logger.Error("checkpoint failed", "stream", info.StreamID, "from", info.From, "seq", info.Seq, "err", err)
