@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -428,22 +427,10 @@ func pushError(id string, err error) error {
 	return huma.Error500InternalServerError(err.Error())
 }
 
-// parseOffset reads a non-negative integer query value.
-func parseOffset(name, raw string) (producer.Seq, error) {
-	if raw == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || n < 0 {
-		return 0, huma.Error400BadRequest(fmt.Sprintf("%s %q is not a non-negative integer offset", name, raw))
-	}
-	return producer.Seq(n), nil
-}
-
 func (s *Server) longPoll(ctx context.Context, id, afterRaw, waitRaw string) (ivm.Message, error) {
-	after, err := parseOffset("after", afterRaw)
+	after, err := producer.ParseOffset("after", afterRaw)
 	if err != nil {
-		return ivm.Message{}, err
+		return ivm.Message{}, huma.Error400BadRequest(err.Error())
 	}
 	if waitRaw == "" || afterRaw == "" {
 		m, err := s.cfg.View.Get(ctx, id)

@@ -41,24 +41,29 @@ func (e *ResumeError) Error() string {
 // seed's lenient parseInt ("12abc" read as 12), a malformed offset is refused, not guessed.
 // Values past the stream's length are clamped at the join.
 func ParseResume(lastEventID, from string) (Seq, error) {
-	src, raw := "Last-Event-ID", lastEventID
-	if raw == "" {
-		src, raw = "from", from
+	if lastEventID != "" {
+		return ParseOffset("Last-Event-ID", lastEventID)
 	}
+	return ParseOffset("from", from)
+}
+
+// ParseOffset reads one offset value named source: empty means 0; anything but a non-negative
+// decimal integer that fits a Seq is a *ResumeError.
+func ParseOffset(source, raw string) (Seq, error) {
 	if raw == "" {
 		return 0, nil
 	}
 	if len(raw) > 20 {
-		return 0, &ResumeError{Source: src, Value: raw[:20] + "…"}
+		return 0, &ResumeError{Source: source, Value: raw[:20] + "…"}
 	}
 	for _, c := range []byte(raw) {
 		if c < '0' || c > '9' {
-			return 0, &ResumeError{Source: src, Value: raw}
+			return 0, &ResumeError{Source: source, Value: raw}
 		}
 	}
 	n, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil {
-		return 0, &ResumeError{Source: src, Value: raw}
+		return 0, &ResumeError{Source: source, Value: raw}
 	}
 	return Seq(n), nil
 }

@@ -99,15 +99,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		url, stopDB, err := database(ctx, s, stdout)
+		_, applied, stopDB, err := migratedDatabase(ctx, s, stdout)
 		if err != nil {
 			return err
 		}
-		defer stopDB()
-		applied, err := migrate(ctx, url)
-		if err != nil {
-			return err
-		}
+		stopDB()
 		fmt.Fprintf(stdout, "applied migrations %v\n", applied)
 		return nil
 	case "token":
@@ -200,13 +196,24 @@ func database(ctx context.Context, s *settings, stdout io.Writer) (string, func(
 	return strings.Replace(cluster.URL, "dbname=postgres", "dbname=rindle", 1), stop, nil
 }
 
-func migrate(ctx context.Context, url string) ([]int, error) {
+// migratedDatabase is database, then the migrations it lacks. stop releases the private
+// cluster, if one was started.
+func migratedDatabase(ctx context.Context, s *settings, stdout io.Writer) (url string, applied []int, stop func(), err error) {
+	url, stop, err = database(ctx, s, stdout)
+	if err != nil {
+		return "", nil, nil, err
+	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		stop()
+		return "", nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return migrations.Migrate(ctx, conn)
+	if applied, err = migrations.Migrate(ctx, conn); err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	return url, applied, stop, nil
 }
 
 // jwtSecret is the configured secret, or with the private cluster one generated once and kept
@@ -253,14 +260,11 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	url, stopDB, err := database(ctx, s, stdout)
+	url, _, stopDB, err := migratedDatabase(ctx, s, stdout)
 	if err != nil {
 		return err
 	}
 	defer stopDB()
-	if _, err := migrate(ctx, url); err != nil {
-		return err
-	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err
