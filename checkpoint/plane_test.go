@@ -285,6 +285,9 @@ func TestCompactionRepairsAStalledStream(t *testing.T) {
 	b.fdb.set(func(f *faultDB) { f.down = true })
 	require.NoError(t, s.Push(strings.Repeat("b", 16)))
 	require.ErrorIs(t, b.waitFailure(t), errInjected)
+	// The failure is reported inside the round; the round is over once it armed the stall timer
+	// (a push landing before that would re-force the round, which earns one immediate retry).
+	require.Eventually(t, func() bool { return b.clock.Pending() > 0 }, 10*time.Second, time.Millisecond)
 	// A stalled stream waits the interval, not a hot loop.
 	batches := b.fdb.batches.Load()
 	require.NoError(t, s.Push(strings.Repeat("c", 16)))
