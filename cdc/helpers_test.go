@@ -19,15 +19,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// slotFor names a slot after the test's database: slots are per cluster.
-func slotFor(db *pgtest.DB, suffix string) string {
-	name := "s_" + db.Name
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	return name + suffix
-}
-
 // ordered is the in-process broker the way the design asks for it: Publish blocks until the
 // subscriber acked, so delivery keeps commit order.
 func ordered() *gochannel.GoChannel {
@@ -36,7 +27,7 @@ func ordered() *gochannel.GoChannel {
 
 func newReader(t *testing.T, db *pgtest.DB, pub message.Publisher, change func(*cdc.Config)) *cdc.Reader {
 	t.Helper()
-	cfg := cdc.Config{ConnString: db.URL, Slot: slotFor(db, ""), Publisher: pub, StatusInterval: 100 * time.Millisecond}
+	cfg := cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: pub, StatusInterval: 100 * time.Millisecond}
 	if change != nil {
 		change(&cfg)
 	}

@@ -177,7 +177,7 @@ func TestASecondReaderOnTheSlotWaitsAndTakesOver(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "one", col.next(t).Events[0].StreamID)
 
-	second, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: slotFor(db, ""), Publisher: broker, StatusInterval: 100 * time.Millisecond})
+	second, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: broker, StatusInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, second.Start(ctx))
 	defer second.Stop()

@@ -51,7 +51,7 @@ func TestStreamingIngestPushesEachPieceAsItArrives(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, producer.Seq(13), st.Seq())
 	require.NoError(t, st.Close(ctx))
-	text, _ := w.dbTextOf(t, "m")
+	text, _ := w.db.DurableText(t, "m")
 	require.Equal(t, "first 😀 last", text)
 }
 

@@ -39,11 +39,7 @@ func setup(t *testing.T) *world {
 	w.view, err = ivm.New(ivm.Config{Subscriber: broker, Pool: w.db.Pool})
 	require.NoError(t, err)
 	require.NoError(t, w.view.Start(t.Context()))
-	slot := "s_" + w.db.Name
-	if len(slot) > 60 {
-		slot = slot[:60]
-	}
-	reader, err := cdc.New(cdc.Config{ConnString: w.db.URL, Slot: slot, Publisher: broker, StatusInterval: 50 * time.Millisecond})
+	reader, err := cdc.New(cdc.Config{ConnString: w.db.URL, Slot: w.db.Slot(), Publisher: broker, StatusInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, reader.Start(t.Context()))
 	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(w.db.Pool), Tables: checkpoint.DefaultTables()})
@@ -61,21 +57,6 @@ func setup(t *testing.T) *world {
 		require.NoError(t, reader.DropSlot(context.Background()))
 	})
 	return w
-}
-
-func collect(t *testing.T, j *httpapi.Joined) []producer.Frame {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	var out []producer.Frame
-	for {
-		f, err := j.Next(ctx)
-		if err != nil {
-			require.ErrorContains(t, err, "EOF")
-			return out
-		}
-		out = append(out, f)
-	}
 }
 
 // waitDurable waits until the view holds at least n units of id.
@@ -127,7 +108,7 @@ func TestJoinSplicesTheViewOntoTheLiveTail(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 	final := produced.String()
 	for i, r := range readers {
-		frames := collect(t, r.j)
+		frames := streamtest.Collect(t, r.j)
 		got, last := streamtest.Replay(t, r.held, frames)
 		require.Equal(t, producer.FrameEnd, last.Type, "reader %d", i)
 		require.Equal(t, final, got, "reader %d: S broken", i)
@@ -153,7 +134,7 @@ func TestJoinFollowsTheViewWhenTheStreamIsElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Push("second part"))
 	require.NoError(t, s.Close(ctx))
-	got, last := streamtest.Replay(t, "fir", collect(t, j))
+	got, last := streamtest.Replay(t, "fir", streamtest.Collect(t, j))
 	require.Equal(t, producer.FrameEnd, last.Type)
 	require.Equal(t, producer.StatusComplete, last.Status)
 	require.Equal(t, "first part 😀 second part", got)
@@ -167,7 +148,7 @@ func TestJoinServesASealedEvictedStreamFromTheView(t *testing.T) {
 	require.NoError(t, err)
 	j, err := httpapi.Join(ctx, w.view, w.elsewhere, nil, "m", 4)
 	require.NoError(t, err)
-	frames := collect(t, j)
+	frames := streamtest.Collect(t, j)
 	got, last := streamtest.Replay(t, "all ", frames)
 	require.Equal(t, "all of it", got)
 	require.Equal(t, producer.Frame{Type: producer.FrameEnd, Seq: 9, Status: producer.StatusError, Error: "model crashed"}, last)
@@ -175,13 +156,4 @@ func TestJoinServesASealedEvictedStreamFromTheView(t *testing.T) {
 
 	_, err = httpapi.Join(ctx, w.view, w.elsewhere, nil, "ghost", 0)
 	require.ErrorIs(t, err, ivm.ErrNotFound)
-}
-
-// dbTextOf is the stored text of a message: body ++ chunks by seq, and its status.
-func (w *world) dbTextOf(t *testing.T, id string) (string, string) {
-	t.Helper()
-	var text, status string
-	require.NoError(t, w.db.Pool.QueryRow(t.Context(), `SELECT m.body || coalesce((SELECT string_agg(c.text, '' ORDER BY c.seq)
-		FROM message_chunks c WHERE c.stream_id = m.id), ''), m.status FROM messages m WHERE m.id = $1`, id).Scan(&text, &status))
-	return text, status
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -72,21 +73,9 @@ func TestSSEJoinSurvivesReconnectsWithLastEventID(t *testing.T) {
 			if i == 1 {
 				push(3 + rng.IntN(8))
 			}
-			var id, data string
-			for {
-				line, err := r.ReadString('\n')
-				require.NoError(t, err)
-				line = strings.TrimSuffix(line, "\n")
-				if line == "" {
-					break
-				}
-				if v, ok := strings.CutPrefix(line, "id: "); ok {
-					id = v
-				}
-				if v, ok := strings.CutPrefix(line, "data: "); ok {
-					data = v
-				}
-			}
+			ev, err := streamtest.ReadSSE(r)
+			require.NoError(t, err)
+			id, data := ev.ID, ev.Data
 			var f producer.Frame
 			require.NoError(t, json.Unmarshal([]byte(data), &f))
 			if id != "" {

@@ -96,7 +96,7 @@ func TestKilledProducerIsSealedBySweeperAndSeenByTheView(t *testing.T) {
 	_ = child.Wait()
 
 	// What the store held at the kill: everything checkpointed, the body still empty.
-	text, status := w.dbText(t, "crash")
+	text, status := w.db.DurableText(t, "crash")
 	require.Equal(t, "streaming", status)
 	require.GreaterOrEqual(t, producer.Len16(text), reported, "every confirmed character is in the store")
 

@@ -50,17 +50,9 @@ type world struct {
 	store  *checkpoint.Store
 }
 
-func slotFor(db *pgtest.DB) string {
-	name := "s_" + db.Name
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	return name
-}
-
 func (w *world) newReader(t testing.TB) *cdc.Reader {
 	t.Helper()
-	r, err := cdc.New(cdc.Config{ConnString: w.db.URL, Slot: slotFor(w.db), Publisher: w.pub, StatusInterval: 50 * time.Millisecond,
+	r, err := cdc.New(cdc.Config{ConnString: w.db.URL, Slot: w.db.Slot(), Publisher: w.pub, StatusInterval: 50 * time.Millisecond,
 		OnPublishErrorFunc: func(error, *cdc.Tx, int) {}})
 	require.NoError(t, err)
 	return r
@@ -104,21 +96,12 @@ func setup(t testing.TB) *world {
 	return w
 }
 
-// dbText is what the database holds for a message: body ++ chunks by seq, and its status.
-func (w *world) dbText(t *testing.T, id string) (string, string) {
-	t.Helper()
-	var text, status string
-	require.NoError(t, w.db.Pool.QueryRow(t.Context(), `SELECT m.body || coalesce((SELECT string_agg(c.text, '' ORDER BY c.seq)
-		FROM message_chunks c WHERE c.stream_id = m.id), ''), m.status FROM messages m WHERE m.id = $1`, id).Scan(&text, &status))
-	return text, status
-}
-
 // converge waits until the view equals the database for every id.
 func (w *world) converge(t *testing.T, ids []string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for _, id := range ids {
-		want, status := w.dbText(t, id)
+		want, status := w.db.DurableText(t, id)
 		for {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			m, err := w.view.Wait(ctx, id, producer.Len16(want)-1)
@@ -129,7 +112,7 @@ func (w *world) converge(t *testing.T, ids []string) {
 				}
 			}
 			require.True(t, time.Now().Before(deadline), "message %s: the view has %q (%s), the database %q (%s): %v", id, m.Text, m.Status, want, status, err)
-			want, status = w.dbText(t, id)
+			want, status = w.db.DurableText(t, id)
 		}
 	}
 }
@@ -298,7 +281,7 @@ func TestRandomWorkloadWithFaults(t *testing.T) {
 			require.NoError(t, err)
 		case k < 83:
 			faults["walsender killed"]++
-			_, err := w.db.Pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", slotFor(w.db))
+			_, err := w.db.Pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", w.db.Slot())
 			require.NoError(t, err)
 		case k < 86:
 			faults["reader restarted"]++
@@ -335,7 +318,7 @@ func TestRandomWorkloadWithFaults(t *testing.T) {
 	defer seenMu.Unlock()
 	samples := 0
 	for _, id := range ids {
-		final, _ := w.dbText(t, id)
+		final, _ := w.db.DurableText(t, id)
 		m, err := w.view.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, final, m.Text)

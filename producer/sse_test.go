@@ -3,7 +3,6 @@ package producer_test
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -70,40 +70,6 @@ func TestParseResume(t *testing.T) {
 	}
 }
 
-// sseEvent is one parsed SSE event, or a comment.
-type sseEvent struct {
-	id      string
-	hasID   bool
-	data    string
-	comment string
-}
-
-func readEvent(r *bufio.Reader) (sseEvent, error) {
-	var ev sseEvent
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return ev, err
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "":
-			return ev, nil
-		case strings.HasPrefix(line, ":"):
-			ev.comment = line
-		case strings.HasPrefix(line, "id: "):
-			ev.id, ev.hasID = strings.TrimPrefix(line, "id: "), true
-		case strings.HasPrefix(line, "data: "):
-			if ev.data != "" {
-				return ev, errors.New("two data lines in one event: a raw newline escaped the JSON")
-			}
-			ev.data = strings.TrimPrefix(line, "data: ")
-		default:
-			return ev, fmt.Errorf("unexpected SSE line %q", line)
-		}
-	}
-}
-
 // sseServer serves a plane's streams the way httpapi will: parse the resume point, subscribe,
 // write SSE.
 func sseServer(t *testing.T, plane *producer.Plane, cfg producer.SSEConfig) *httptest.Server {
@@ -151,31 +117,31 @@ func TestSSEHeadersKeepAliveAndIDs(t *testing.T) {
 	require.Equal(t, "no-cache, no-transform", resp.Header.Get("Cache-Control"))
 	require.Equal(t, "no", resp.Header.Get("X-Accel-Buffering"))
 	r := bufio.NewReader(resp.Body)
-	ev, err := readEvent(r)
+	ev, err := streamtest.ReadSSE(r)
 	require.NoError(t, err)
-	require.Equal(t, "1", ev.id, "open's id is its from, even at a small offset")
-	ev, err = readEvent(r)
+	require.Equal(t, "1", ev.ID, "open's id is its from, even at a small offset")
+	ev, err = streamtest.ReadSSE(r)
 	require.NoError(t, err)
-	require.Equal(t, "2", ev.id)
-	require.JSONEq(t, `{"type":"chunk","from":1,"seq":2,"text":"i"}`, ev.data)
+	require.Equal(t, "2", ev.ID)
+	require.JSONEq(t, `{"type":"chunk","from":1,"seq":2,"text":"i"}`, ev.Data)
 	// Idle: the keep-alive comment, on the clock's cadence.
 	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
 	keepAlive.Advance(producer.DefaultKeepAlive)
-	ev, err = readEvent(r)
+	ev, err = streamtest.ReadSSE(r)
 	require.NoError(t, err)
-	require.Equal(t, ": ping", ev.comment)
+	require.Equal(t, ": ping", ev.Comment)
 	require.NoError(t, s.Close(t.Context()))
 	for {
-		ev, err = readEvent(r)
+		ev, err = streamtest.ReadSSE(r)
 		require.NoError(t, err)
 		var f producer.Frame
-		require.NoError(t, json.Unmarshal([]byte(ev.data), &f))
+		require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
 		if f.Type == producer.FrameEnd {
-			require.Equal(t, "2", ev.id)
+			require.Equal(t, "2", ev.ID)
 			break
 		}
 	}
-	_, err = readEvent(r)
+	_, err = streamtest.ReadSSE(r)
 	require.ErrorIs(t, err, io.EOF, "the response ends after end")
 }
 
@@ -225,15 +191,15 @@ func TestSSEReconnectsWithLastEventIDKeepSplice(t *testing.T) {
 			if i == 1 {
 				push(3 + rng.IntN(8)) // enough frames that the rest of the budget never waits forever
 			}
-			ev, err := readEvent(r)
+			ev, err := streamtest.ReadSSE(r)
 			require.NoError(t, err)
 			var f producer.Frame
-			require.NoError(t, json.Unmarshal([]byte(ev.data), &f))
+			require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
 			if at, ok := f.ResumePoint(); ok {
-				require.Equal(t, strconv.FormatInt(int64(at), 10), ev.id)
-				lastID = ev.id
+				require.Equal(t, strconv.FormatInt(int64(at), 10), ev.ID)
+				lastID = ev.ID
 			} else {
-				require.False(t, ev.hasID, "no id on %s", f.Type)
+				require.False(t, ev.HasID, "no id on %s", f.Type)
 			}
 			if f.Type == producer.FrameOpen {
 				text = producer.Slice16(text, 0, f.From)
@@ -271,9 +237,9 @@ func TestSSESlowClientIsDroppedWithStale(t *testing.T) {
 	var last producer.Frame
 	frames := 0
 	for {
-		ev, err := readEvent(r)
+		ev, err := streamtest.ReadSSE(r)
 		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal([]byte(ev.data), &last))
+		require.NoError(t, json.Unmarshal([]byte(ev.Data), &last))
 		frames++
 		if last.Terminal() {
 			break

@@ -28,14 +28,6 @@ const testSecret = "0123456789abcdef0123456789abcdef"
 
 func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 
-func slotFor(db *pgtest.DB) string {
-	name := "s_" + db.Name
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	return name
-}
-
 func TestServeThenDrainOnSignal(t *testing.T) {
 	db := pgtest.NewDB(t)
 	env := envOf(map[string]string{"DATABASE_URL": db.URL, "RINDLE_JWT_SECRET": testSecret})
@@ -44,13 +36,13 @@ func TestServeThenDrainOnSignal(t *testing.T) {
 	logs, logw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-slot", slotFor(db)}, env, logw, io.Discard)
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-slot", db.Slot()}, env, logw, io.Discard)
 		_ = logw.Close()
 	}()
 	t.Cleanup(func() {
 		// The slot outlives the server; drop it (waiting for the walsender to let go) so the
 		// test database can be dropped.
-		r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: slotFor(db), Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil)})
+		r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil)})
 		require.NoError(t, err)
 		require.NoError(t, r.DropSlot(context.Background()))
 	})

@@ -252,3 +252,25 @@ func newDB(tb testing.TB, maxConns int32, bare bool) *DB {
 	})
 	return db
 }
+
+// Slot is a replication slot name for this database: slots are per cluster, so the name carries
+// the database's, within PostgreSQL's 63-byte limit.
+func (db *DB) Slot() string {
+	name := "s_" + db.Name
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return name
+}
+
+// DurableText is what the default schema holds for a message: the body followed by its chunks
+// in seq order, and its status.
+func (db *DB) DurableText(tb testing.TB, id string) (text, status string) {
+	tb.Helper()
+	err := db.Pool.QueryRow(context.Background(), `SELECT m.body || coalesce((SELECT string_agg(c.text, '' ORDER BY c.seq)
+		FROM message_chunks c WHERE c.stream_id = m.id), ''), m.status FROM messages m WHERE m.id = $1`, id).Scan(&text, &status)
+	if err != nil {
+		tb.Fatalf("pgtest: durable text of %s: %v", id, err)
+	}
+	return text, status
+}

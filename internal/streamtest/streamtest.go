@@ -5,8 +5,12 @@
 package streamtest
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +20,7 @@ import (
 )
 
 // Collect reads a subscription to its end.
-func Collect(t testing.TB, sub *producer.Subscription) []producer.Frame {
+func Collect(t testing.TB, sub producer.FrameReader) []producer.Frame {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -70,4 +74,40 @@ func Replay(t testing.TB, held string, frames []producer.Frame) (string, produce
 		}
 	}
 	return text, last
+}
+
+// SSEEvent is one parsed SSE event, or a comment.
+type SSEEvent struct {
+	ID      string
+	HasID   bool
+	Data    string
+	Comment string
+}
+
+// ReadSSE reads one event (or comment) up to its blank line. Two data lines in one event are
+// an error: a raw newline escaped the frame JSON.
+func ReadSSE(r *bufio.Reader) (SSEEvent, error) {
+	var ev SSEEvent
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return ev, err
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			return ev, nil
+		case strings.HasPrefix(line, ":"):
+			ev.Comment = line
+		case strings.HasPrefix(line, "id: "):
+			ev.ID, ev.HasID = strings.TrimPrefix(line, "id: "), true
+		case strings.HasPrefix(line, "data: "):
+			if ev.Data != "" {
+				return ev, errors.New("two data lines in one event: a raw newline escaped the JSON")
+			}
+			ev.Data = strings.TrimPrefix(line, "data: ")
+		default:
+			return ev, fmt.Errorf("unexpected SSE line %q", line)
+		}
+	}
 }
