@@ -2,11 +2,12 @@
 // /openapi.json, docs at /docs) with bearer-token auth and RFC 9457 problem details, and the
 // SSE join.
 //
-// Routes so far: create a message, open / append (JSON) / flush / close a stream, cancel, the
-// durable view with long-poll, and the event stream. Still to come (issue 4): the streaming
-// ingest form, /readyz and /metrics.
+// Routes: create a message, open / append (JSON, or a streamed text/plain body to .../ingest) /
+// flush / close a stream, cancel, the durable view with long-poll, the event stream, /healthz,
+// /readyz and /metrics.
 //
-// Auth: HS256 JWTs. A reader may read only messages whose owner is its subject; producer routes
+// Auth: HS256 JWTs in the Authorization header; the event stream also takes ?access_token=,
+// since a browser's EventSource cannot set headers (RFC 6750 §2.3). A reader may read only messages whose owner is its subject; producer routes
 // need the producer scope. A read's owner is looked up before anything reveals whether the id
 // exists, and a denied read and a read of a missing id get the same 403, byte for byte.
 //

@@ -71,6 +71,18 @@ type Claims struct {
 	jwt.RegisteredClaims
 }
 
+// NewToken signs an HS256 bearer token for subject with scope (space-separated, may be empty),
+// valid for ttl: what `rindled token` prints and what the demo hands its page.
+func NewToken(secret []byte, subject, scope string, ttl time.Duration) (string, error) {
+	if subject == "" {
+		return "", errors.New("httpapi: a token needs a subject")
+	}
+	now := time.Now()
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, Claims{Scope: scope, RegisteredClaims: jwt.RegisteredClaims{
+		Subject: subject, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}}).SignedString(secret)
+}
+
 func (c *Claims) has(scope string) bool {
 	for _, s := range strings.Fields(c.Scope) {
 		if s == scope {
@@ -474,6 +486,8 @@ func (s *Server) registerEvents() {
 			{Name: "id", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}},
 			{Name: "from", In: "query", Schema: &huma.Schema{Type: "integer", Minimum: ptr(0.0)}},
 			{Name: "Last-Event-ID", In: "header", Schema: &huma.Schema{Type: "string"}},
+			{Name: "access_token", In: "query", Schema: &huma.Schema{Type: "string"},
+				Description: "The bearer token, for clients that cannot set headers (a browser's EventSource; RFC 6750 §2.3). The Authorization header wins. URLs end up in logs: prefer short-lived tokens here."},
 		},
 		Responses: map[string]*huma.Response{
 			"200": {Description: "A stream of frames", Content: map[string]*huma.MediaType{"text/event-stream": {Schema: &huma.Schema{Type: "string"}}}},
@@ -483,7 +497,7 @@ func (s *Server) registerEvents() {
 	s.mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		// Everything that can fail does so before the first byte, while a status is possible.
-		if _, err := s.reader(r.Context(), r.Header.Get("Authorization"), id); err != nil {
+		if _, err := s.reader(r.Context(), eventsAuth(r), id); err != nil {
 			writeProblem(w, err)
 			return
 		}
@@ -501,6 +515,18 @@ func (s *Server) registerEvents() {
 			s.cfg.Logger.Debug("sse: stream ended", "stream", id, "err", err)
 		}
 	})
+}
+
+// eventsAuth is the Authorization header, or else the access_token query parameter: a
+// browser's EventSource cannot set headers.
+func eventsAuth(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		return h
+	}
+	if tok := r.URL.Query().Get("access_token"); tok != "" {
+		return "Bearer " + tok
+	}
+	return ""
 }
 
 func writeProblem(w http.ResponseWriter, err error) {

@@ -168,6 +168,16 @@ func TestHTTPRoutesAndErrors(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status)
 	require.Equal(t, "text/event-stream; charset=utf-8", r.ctype)
 	require.Contains(t, string(r.body), `"type":"end","seq":13,"status":"cancelled"`)
+	// EventSource cannot set headers: the token may come as ?access_token=, checked the same way.
+	viaQuery := c.do("GET", "/v1/streams/m1/events?access_token="+alice, "", nil)
+	require.Equal(t, r.status, viaQuery.status)
+	require.Equal(t, r.body, viaQuery.body)
+	require.Equal(t, deniedSSE, c.do("GET", "/v1/streams/ghost/events?access_token="+mallory, "", nil))
+	require.Equal(t, http.StatusUnauthorized, c.do("GET", "/v1/streams/m1/events?access_token=not-a-jwt", "", nil).status)
+	require.Equal(t, http.StatusForbidden, c.do("GET", "/v1/streams/m1/events?access_token="+alice, mallory, nil).status,
+		"the Authorization header wins over the query")
+	require.Equal(t, http.StatusUnauthorized, c.do("GET", "/v1/streams/m1?access_token="+alice, "", nil).status,
+		"only the event stream takes a token in its URL")
 
 	require.Equal(t, http.StatusOK, c.do("GET", "/healthz", "", nil).status)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
@@ -293,4 +294,26 @@ func (i *Instruments) ObserveSlotLag(f func(context.Context) (int64, error)) err
 			return nil
 		}))
 	return err
+}
+
+// HTTPHandler instruments h with otelhttp on this Telemetry's providers and propagator: a
+// server span per request named by its route pattern, continuing a caller's W3C trace context,
+// and the HTTP server metrics. Requests for which skip returns true are not traced: an event
+// stream is one request that lives for minutes to hours (DESIGN §9), and probes are noise.
+func (t *Telemetry) HTTPHandler(h http.Handler, skip func(*http.Request) bool) http.Handler {
+	opts := []otelhttp.Option{
+		otelhttp.WithTracerProvider(t.TracerProvider),
+		otelhttp.WithMeterProvider(t.MeterProvider),
+		otelhttp.WithPropagators(t.Propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if r.Pattern != "" {
+				return r.Pattern
+			}
+			return r.Method
+		}),
+	}
+	if skip != nil {
+		opts = append(opts, otelhttp.WithFilter(func(r *http.Request) bool { return !skip(r) }))
+	}
+	return otelhttp.NewHandler(h, "http", opts...)
 }

@@ -176,3 +176,30 @@ func TestAPlaneFeedsTheInstruments(t *testing.T) {
 	}
 	require.Equal(t, uint64(2), n, "the flush and the seal")
 }
+
+func TestHTTPHandlerTracesRoutesContinuesCallersAndSkipsStreams(t *testing.T) {
+	tel, spans, _ := setup(t, rotel.Config{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/streams/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{}") })
+	mux.HandleFunc("GET /v1/streams/{id}/events", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "data: {}\n\n") })
+	srv := httptest.NewServer(tel.HTTPHandler(mux, func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/events") }))
+	defer srv.Close()
+
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	req, err := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/streams/m1", nil)
+	require.NoError(t, err)
+	req.Header.Set("traceparent", parent)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	resp, err = http.Get(srv.URL + "/v1/streams/m1/events")
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	require.NoError(t, tel.TracerProvider.ForceFlush(t.Context()))
+	got := spans.GetSpans()
+	require.Len(t, got, 1, "the event stream is not traced")
+	require.Equal(t, "GET /v1/streams/{id}", got[0].Name, "named by the route pattern, not the id")
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", got[0].SpanContext.TraceID().String(), "continues the caller's trace")
+	require.Equal(t, "b7ad6b7169203331", got[0].Parent.SpanID().String())
+}

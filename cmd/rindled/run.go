@@ -19,13 +19,13 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/demo"
 	"github.com/rindle-sh/rindle-go/internal/pgcluster"
 	"github.com/rindle-sh/rindle-go/ivm"
 	"github.com/rindle-sh/rindle-go/migrations"
@@ -35,7 +35,7 @@ import (
 
 // settings are every knob, from flags with environment defaults.
 type settings struct {
-	addr, databaseURL, dataDir, secret, hostID, slot, otlp string
+	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo string
 	drainTimeout                                           time.Duration
 }
 
@@ -72,12 +72,18 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.hostID, "host-id", env("RINDLE_HOST_ID", ""), "this instance's producer identity, unique per process; empty generates one [RINDLE_HOST_ID]")
 	fs.StringVar(&s.slot, "slot", env("RINDLE_SLOT", cdc.DefaultSlot), "logical replication slot [RINDLE_SLOT]")
 	fs.StringVar(&s.otlp, "otlp-endpoint", env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), "OTLP/HTTP collector base URL; empty exports nothing [OTEL_EXPORTER_OTLP_ENDPOINT]")
+	fs.StringVar(&s.demo, "demo", env("RINDLE_DEMO", "auto"), "serve the demo page at / and its synthetic generator: true, false, or auto (on with the private cluster only) [RINDLE_DEMO]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
 	if extra != nil {
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	switch s.demo {
+	case "auto", "true", "false":
+	default:
+		return nil, fmt.Errorf("-demo %q: want true, false or auto", s.demo)
 	}
 	return s, nil
 }
@@ -124,9 +130,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, httpapi.Claims{Scope: scope, RegisteredClaims: jwt.RegisteredClaims{
-			Subject: sub, IssuedAt: jwt.NewNumericDate(time.Now()), ExpiresAt: jwt.NewNumericDate(time.Now().Add(ttl)),
-		}}).SignedString(secret)
+		tok, err := httpapi.NewToken(secret, sub, scope, ttl)
 		if err != nil {
 			return err
 		}
@@ -253,6 +257,12 @@ func version() string {
 	return "devel"
 }
 
+// demoOn resolves -demo: auto serves the demo only with the private development cluster, since
+// its start route lets anyone start a generation.
+func (s *settings) demoOn() bool {
+	return s.demo == "true" || (s.demo == "auto" && s.databaseURL == "")
+}
+
 // serve wires every part and runs until ctx ends, then drains.
 func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -361,6 +371,22 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	mux := http.NewServeMux()
+	mux.Handle("/", api.Handler())
+	if s.demoOn() {
+		d, err := demo.New(demo.Config{Plane: plane, Pool: pool, Logger: logger,
+			Mint: func(sub string, ttl time.Duration) (string, error) { return httpapi.NewToken(secret, sub, "", ttl) }})
+		if err != nil {
+			return err
+		}
+		d.Register(mux)
+		defer d.Stop()
+	}
+	// Event streams live for hours and probes are noise: neither gets a span (DESIGN §9).
+	handler := tel.HTTPHandler(mux, func(r *http.Request) bool {
+		p := r.URL.Path
+		return strings.HasSuffix(p, "/events") || p == "/healthz" || p == "/readyz" || p == "/metrics"
+	})
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return err
@@ -369,11 +395,11 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	// Shutdown does not cancel request contexts, so requests get one that the drain cancels.
 	base, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
-	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("rindled listening", "url", "http://"+ln.Addr().String(), "host", hostID, "version", version())
+	logger.Info("rindled listening", "url", "http://"+ln.Addr().String(), "host", hostID, "version", version(), "demo", s.demoOn())
 
 	select {
 	case err := <-served:

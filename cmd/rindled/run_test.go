@@ -28,18 +28,31 @@ const testSecret = "0123456789abcdef0123456789abcdef"
 
 func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 
-func TestServeThenDrainOnSignal(t *testing.T) {
-	db := pgtest.NewDB(t)
+// started is a rindled serving on loopback against a test database.
+type started struct {
+	base string
+	env  func(string) string
+	done chan error         // run's result, once
+	over chan struct{}      // closed when run has returned
+	stop context.CancelFunc // SIGTERM
+}
+
+// startRindled runs the server with args on a free port and waits until it says where it
+// listens. Cleanup stops it and drops its slot.
+func startRindled(t *testing.T, db *pgtest.DB, args ...string) *started {
+	t.Helper()
 	env := envOf(map[string]string{"DATABASE_URL": db.URL, "RINDLE_JWT_SECRET": testSecret})
 	ctx, signal := context.WithCancel(context.Background())
-	defer signal()
 	logs, logw := io.Pipe()
-	done := make(chan error, 1)
+	s := &started{env: env, done: make(chan error, 1), over: make(chan struct{}), stop: signal}
 	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-slot", db.Slot()}, env, logw, io.Discard)
+		defer close(s.over)
+		s.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-slot", db.Slot()}, args...), env, logw, io.Discard)
 		_ = logw.Close()
 	}()
 	t.Cleanup(func() {
+		signal()
+		<-s.over
 		// The slot outlives the server; drop it (waiting for the walsender to let go) so the
 		// test database can be dropped.
 		r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil)})
@@ -47,15 +60,21 @@ func TestServeThenDrainOnSignal(t *testing.T) {
 		require.NoError(t, r.DropSlot(context.Background()))
 	})
 	lines := bufio.NewScanner(logs)
-	var base string
 	for lines.Scan() {
 		if m := regexp.MustCompile(`url=(http://\S+)`).FindStringSubmatch(lines.Text()); m != nil {
-			base = m[1]
+			s.base = m[1]
 			break
 		}
 	}
-	require.NotEmpty(t, base, "rindled never said where it listens")
+	require.NotEmpty(t, s.base, "rindled never said where it listens")
 	go func() { _, _ = io.Copy(io.Discard, logs) }()
+	return s
+}
+
+func TestServeThenDrainOnSignal(t *testing.T) {
+	db := pgtest.NewDB(t)
+	srv := startRindled(t, db)
+	base, env, done, signal := srv.base, srv.env, srv.done, srv.stop
 
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"token", "-sub", "svc", "-scope", "producer"}, env, &out, io.Discard))

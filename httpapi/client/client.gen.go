@@ -151,7 +151,10 @@ type CloseStreamParams struct {
 
 // StreamEventsParams defines parameters for StreamEvents.
 type StreamEventsParams struct {
-	From        *int    `form:"from,omitempty" json:"from,omitempty"`
+	From *int `form:"from,omitempty" json:"from,omitempty"`
+
+	// AccessToken The bearer token, for clients that cannot set headers (a browser's EventSource; RFC 6750 §2.3). The Authorization header wins. URLs end up in logs: prefer short-lived tokens here.
+	AccessToken *string `form:"access_token,omitempty" json:"access_token,omitempty"`
 	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
@@ -1009,6 +1012,18 @@ func NewStreamEventsRequest(server string, id string, params *StreamEventsParams
 		if params.From != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.AccessToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "access_token", *params.AccessToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -2,7 +2,7 @@
 // document the server serves (openapi-3.0.json: huma's 3.0 rendering of its 3.1 document, which
 // the generator reads). Do not edit client.gen.go; regenerate it after an API change:
 //
-//	curl -s localhost:8080/openapi-3.0.json > httpapi/client/openapi-3.0.json
+//	go test ./httpapi -run TestGeneratedClient -update
 //	go generate ./httpapi/client
 //
 // httpapi's client test fails when the served document drifts from the committed one. The event

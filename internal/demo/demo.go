@@ -1,0 +1,259 @@
+// Package demo owns the page rindled serves at / and the synthetic generator behind it: a chat
+// view that asks the server for an answer, watches it stream over EventSource, shows the live
+// seq, the durable seq and the durability lag, resumes after a reload from the offset it holds,
+// and cancels. The answer is produced by this process's live plane at a realistic token rate,
+// with multi-byte and emoji text, so a fresh `go run ./cmd/rindled` shows the whole path.
+//
+// It owns no durable state and no auth rules: it creates message rows and streams through the
+// same Plane and tables as the API, and hands the page a short-lived reader token for a fresh
+// subject that owns only that message. The page uses only the public API (events, view,
+// cancel). Start runs each generation on its own goroutine; Stop ends them all (a drain has
+// already sealed their streams interrupted).
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+//go:embed index.html
+var page []byte
+
+// Defaults and bounds of an answer.
+const (
+	DefaultTokens     = 400
+	MaxTokens         = 5000
+	DefaultRate       = 40 // tokens per second, a typical model's pace
+	MaxRate           = 2000
+	DefaultMaxRunning = 16
+	TokenTTL          = time.Hour
+)
+
+// Config configures a Demo.
+type Config struct {
+	// Plane produces the answers. Required.
+	Plane *producer.Plane
+	// Pool writes the message rows. Required.
+	Pool *pgxpool.Pool
+	// Mint signs a reader token for subject (httpapi.NewToken with the server's secret). Required.
+	Mint func(subject string, ttl time.Duration) (string, error)
+	// MaxRunning bounds concurrent generations; past it a start gets 429. Defaults to
+	// DefaultMaxRunning.
+	MaxRunning int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Demo serves the page and runs generations.
+type Demo struct {
+	cfg     Config
+	ctx     context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	running int
+}
+
+// New validates cfg.
+func New(cfg Config) (*Demo, error) {
+	switch {
+	case cfg.Plane == nil:
+		return nil, errors.New("demo: Config.Plane is required")
+	case cfg.Pool == nil:
+		return nil, errors.New("demo: Config.Pool is required")
+	case cfg.Mint == nil:
+		return nil, errors.New("demo: Config.Mint is required")
+	case cfg.MaxRunning < 0:
+		return nil, errors.New("demo: Config.MaxRunning must not be negative")
+	}
+	if cfg.MaxRunning == 0 {
+		cfg.MaxRunning = DefaultMaxRunning
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Demo{cfg: cfg, ctx: ctx, stop: stop}, nil
+}
+
+// Register adds GET / (the page) and POST /demo/answers (start an answer) to mux.
+func (d *Demo) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(page)
+	})
+	mux.HandleFunc("POST /demo/answers", d.start)
+}
+
+// Stop ends every generation and waits for them.
+func (d *Demo) Stop() {
+	d.stop()
+	d.wg.Wait()
+}
+
+// Started is the answer to POST /demo/answers.
+type Started struct {
+	ID    string `json:"id"`
+	Token string `json:"token"`
+	Owner string `json:"owner"`
+}
+
+type problem struct {
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(problem{Title: http.StatusText(status), Status: status, Detail: detail})
+}
+
+// start creates a message owned by a fresh subject, opens its stream here, and generates an
+// answer of ?tokens= pieces at ?rate= pieces per second.
+func (d *Demo) start(w http.ResponseWriter, r *http.Request) {
+	tokens, err := intParam(r, "tokens", DefaultTokens, 1, MaxTokens)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rate, err := intParam(r, "rate", DefaultRate, 1, MaxRate)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	d.mu.Lock()
+	if d.running >= d.cfg.MaxRunning {
+		d.mu.Unlock()
+		writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("%d demo answers are already streaming; try again when one ends", d.cfg.MaxRunning))
+		return
+	}
+	d.running++
+	d.mu.Unlock()
+	release := func() {
+		d.mu.Lock()
+		d.running--
+		d.mu.Unlock()
+	}
+
+	suffix := strings.ToLower(rand.Text()[:10])
+	st := Started{ID: "demo-" + suffix, Owner: "demo-reader-" + suffix}
+	if st.Token, err = d.cfg.Mint(st.Owner, TokenTTL); err != nil {
+		release()
+		writeProblem(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if _, err := d.cfg.Pool.Exec(r.Context(), "INSERT INTO messages (id, role, owner) VALUES ($1, 'assistant', $2)", st.ID, st.Owner); err != nil {
+		release()
+		writeProblem(w, http.StatusServiceUnavailable, "the database is unavailable: "+err.Error())
+		return
+	}
+	stream, err := d.cfg.Plane.Open(r.Context(), producer.OpenStreamInput{StreamID: st.ID})
+	if err != nil {
+		release()
+		writeProblem(w, http.StatusServiceUnavailable, "the stream could not be opened: "+err.Error())
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer release()
+		d.generate(stream, tokens, rate)
+	}()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+func (d *Demo) generate(st *producer.LiveStream, tokens, rate int) {
+	err := st.Pump(d.ctx, Answer(d.ctx, mrand.Uint64(), tokens, time.Second/time.Duration(rate)))
+	sealCtx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), 30*time.Second)
+	defer cancel()
+	switch {
+	case errors.Is(err, producer.ErrClosed):
+		return // drained: sealed interrupted already
+	case err != nil:
+		err = st.Fail(sealCtx, err)
+	default:
+		err = st.Close(sealCtx)
+	}
+	if err != nil && !errors.Is(err, producer.ErrClosed) {
+		d.cfg.Logger.Warn("demo: sealing an answer", "stream", st.ID(), "err", err)
+	}
+}
+
+func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return def, nil
+	}
+	var v int
+	if _, err := fmt.Sscan(raw, &v); err != nil || fmt.Sprint(v) != raw || v < lo || v > hi {
+		return 0, fmt.Errorf("%s %q must be an integer in [%d, %d]", name, raw, lo, hi)
+	}
+	return v, nil
+}
+
+// phrases are the generator's vocabulary: ASCII, accented Latin, CJK, right-to-left, astral
+// symbols (surrogate pairs in UTF-16) and emoji ZWJ sequences, so offsets and splits are
+// exercised the way real multilingual answers exercise them.
+var phrases = []string{ //nolint:gochecknoglobals // read-only vocabulary
+	"Durable streams keep every token.", "A reader may join late", "and reconnect at will;",
+	"the offset counts UTF-16 code units.", "Crème brûlée, naïve café, façade, smørrebrød.",
+	"日本語のテキストも流れます。", "中文也一样。", "한국어 문장도 있습니다.", "שלום עולם", "مرحبا بالعالم",
+	"Emoji: 🙂 🚀 🧪 🐘", "family: 👩‍👩‍👧‍👦", "flags: 🇫🇷 🇯🇵", "math: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ∑ ∞ ≤ ≥",
+	"Checkpoints are coarse;", "the live plane fans out every delta.", "Postgres holds the chunks,",
+	"logical replication carries them on.", "Ünïcödé is not an edge case.", "Ελληνικά γράμματα.",
+	"Кириллица тоже.", "skin tones: 👋🏽 👍🏿", "keycap: 1️⃣ 2️⃣",
+}
+
+// Answer yields a synthetic answer of n tokens, one every interval: pieces of one to six
+// characters (never a split character), words and spaces, as a model's stream does. It stops
+// when ctx ends. seed makes it reproducible.
+func Answer(ctx context.Context, seed uint64, n int, interval time.Duration) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+		var pending []rune
+		var tick *time.Ticker
+		if interval > 0 {
+			tick = time.NewTicker(interval)
+			defer tick.Stop()
+		}
+		for range n {
+			for len(pending) < 6 {
+				pending = append(pending, []rune(phrases[rng.IntN(len(phrases))]+" ")...)
+			}
+			k := 1 + rng.IntN(6)
+			piece := string(pending[:k])
+			pending = pending[k:]
+			if tick != nil {
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+					yield("", context.Cause(ctx))
+					return
+				}
+			}
+			if !yield(piece, nil) {
+				return
+			}
+		}
+	}
+}
