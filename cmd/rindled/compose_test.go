@@ -94,9 +94,13 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 				}
 			} `yaml:"otlp"`
 		}
-		Exporters map[string]struct{ Endpoint string }
-		Service   struct {
-			Pipelines map[string]struct{ Exporters []string }
+		Exporters  map[string]struct{ Endpoint string }
+		Extensions struct {
+			HealthCheck struct{ Endpoint string } `yaml:"health_check"`
+		}
+		Service struct {
+			Extensions []string
+			Pipelines  map[string]struct{ Exporters []string }
 		}
 	}
 	raw, err := os.ReadFile("../../deploy/otel-collector.yaml")
@@ -105,7 +109,27 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 	require.True(t, strings.HasSuffix(colCfg.Receivers.OTLP.Protocols.HTTP.Endpoint, ":"+otlp.Port()), "the collector listens where rindled sends")
 	require.Contains(t, colCfg.Service.Pipelines["traces"].Exporters, "otlp/jaeger")
 	require.Equal(t, "jaeger:4317", colCfg.Exporters["otlp/jaeger"].Endpoint)
-	require.Contains(t, col.DependsOn, "jaeger")
+	require.Equal(t, types.ServiceConditionHealthy, col.DependsOn["jaeger"].Condition)
+	require.Equal(t, types.ServiceConditionHealthy, rd.DependsOn["otel-collector"].Condition)
+
+	// Every service has a health check, and the collector's (its image has no shell) runs the
+	// rindled binary its Dockerfile adds, against the health_check extension's port.
+	for _, name := range names {
+		require.NotNil(t, p.Services[name].HealthCheck, "%s has no health check", name)
+	}
+	require.Equal(t, "deploy/collector.Dockerfile", col.Build.Dockerfile)
+	colDockerfile, err := os.ReadFile("../../deploy/collector.Dockerfile")
+	require.NoError(t, err)
+	require.Contains(t, string(colDockerfile), "COPY --from=build /out/rindled /rindled")
+	require.Contains(t, string(colDockerfile), "FROM otel/opentelemetry-collector-contrib:")
+	probe := []string(col.HealthCheck.Test)
+	require.Equal(t, []string{"CMD", "/rindled", "health", "-url"}, probe[:4])
+	probeURL, err := url.Parse(probe[4])
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(colCfg.Extensions.HealthCheck.Endpoint, ":"+probeURL.Port()), "the probe hits the health_check extension")
+	require.Contains(t, colCfg.Service.Extensions, "health_check")
+	require.Contains(t, strings.Join(jg.HealthCheck.Test, " "), ":14269/", "Jaeger's admin port")
+	require.Equal(t, "true", env("RINDLE_DEMO"), "the stack serves the demo page")
 	require.Equal(t, "true", *jg.Environment["COLLECTOR_OTLP_ENABLED"])
 	require.NotNil(t, rd.Build, "rindled is built from this repository")
 }

@@ -36,7 +36,7 @@ import (
 // settings are every knob, from flags with environment defaults.
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo string
-	drainTimeout                                           time.Duration
+	drainTimeout                                                 time.Duration
 }
 
 const usage = `rindled: durable, resumable language-model answers.
@@ -46,7 +46,9 @@ Usage:
   rindled migrate [flags]    apply the schema migrations and exit
   rindled token [flags] -sub SUBJECT [-scope producer] [-ttl 24h]
                              print a development bearer token
-  rindled health [flags]     exit 0 if the server at -addr is ready (for container health checks)
+  rindled health [flags] [-url URL]
+                             exit 0 if the server at -addr is ready, or URL answers 2xx
+                             (for container health checks)
 
 Every flag also reads an environment variable (shown in brackets).
 `
@@ -137,20 +139,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, tok)
 		return nil
 	case "health":
-		s, err := parse("rindled health", args, getenv, stderr, nil)
+		var probe string
+		s, err := parse("rindled health", args, getenv, stderr, func(fs *flag.FlagSet) {
+			fs.StringVar(&probe, "url", "", "probe this URL instead of -addr's /readyz (any 2xx is healthy): the health check of images without a shell, such as the collector's")
+		})
 		if err != nil {
 			return err
 		}
-		host, port, err := net.SplitHostPort(s.addr)
-		if err != nil {
-			return fmt.Errorf("health: -addr %q: %w", s.addr, err)
-		}
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			host = "127.0.0.1"
+		if probe == "" {
+			host, port, err := net.SplitHostPort(s.addr)
+			if err != nil {
+				return fmt.Errorf("health: -addr %q: %w", s.addr, err)
+			}
+			if host == "" || host == "0.0.0.0" || host == "::" {
+				host = "127.0.0.1"
+			}
+			probe = "http://" + net.JoinHostPort(host, port) + "/readyz"
 		}
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(hctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/readyz", nil)
+		req, err := http.NewRequestWithContext(hctx, http.MethodGet, probe, nil)
 		if err != nil {
 			return err
 		}
@@ -160,7 +168,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode/100 != 2 {
 			return fmt.Errorf("health: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 		}
 		fmt.Fprintln(stdout, "ready")

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -141,6 +142,13 @@ func TestHelpAndRefusals(t *testing.T) {
 	}
 	require.ErrorContains(t, run(t.Context(), []string{"bogus"}, envOf(nil), io.Discard, io.Discard), `unknown command "bogus"`)
 	require.ErrorContains(t, run(t.Context(), []string{"health", "-addr", "127.0.0.1:1"}, envOf(nil), io.Discard, io.Discard), "health:")
+	// -url probes any endpoint (the collector's health_check extension): 2xx is healthy.
+	status := http.StatusOK
+	probe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+	defer probe.Close()
+	require.NoError(t, run(t.Context(), []string{"health", "-url", probe.URL}, envOf(nil), io.Discard, io.Discard))
+	status = http.StatusServiceUnavailable
+	require.ErrorContains(t, run(t.Context(), []string{"health", "-url", probe.URL}, envOf(nil), io.Discard, io.Discard), "503")
 	err = run(t.Context(), nil, envOf(map[string]string{"DATABASE_URL": "host=/nowhere"}), io.Discard, io.Discard)
 	require.ErrorContains(t, err, "RINDLE_JWT_SECRET is required with DATABASE_URL")
 	err = run(t.Context(), []string{"token", "-sub", "a"}, envOf(map[string]string{"RINDLE_JWT_SECRET": "short"}), io.Discard, io.Discard)
