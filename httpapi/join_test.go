@@ -31,7 +31,7 @@ type world struct {
 
 func allow(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }
 
-func setup(t *testing.T) *world {
+func setup(t testing.TB) *world {
 	t.Helper()
 	w := &world{db: pgtest.NewDB(t)}
 	broker := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})

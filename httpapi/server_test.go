@@ -19,7 +19,7 @@ import (
 
 var secret = []byte("0123456789abcdef0123456789abcdef") //nolint:gochecknoglobals // test key
 
-func token(t *testing.T, sub, scope string) string {
+func token(t testing.TB, sub, scope string) string {
 	t.Helper()
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, httpapi.Claims{Scope: scope, RegisteredClaims: jwt.RegisteredClaims{
 		Subject: sub, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour)),

@@ -112,8 +112,9 @@ var _ FrameReader = (*Subscription)(nil)
 var errKeepAlive = errors.New("sse keep-alive due")
 
 // WriteSSE streams src as an SSE response until its terminal frame, ctx's end or a failed
-// write, and closes src. It is pull-based: a frame is taken only once the previous one was
-// written, so a slow client backs up in the subscription's bounded queue, where it is dropped
+// write, and closes src. It is pull-based: frames are taken only once the previous write
+// completed (with every frame already queued at that moment batched into one write), so a slow
+// client backs up in the subscription's bounded queue, where it is dropped
 // with stale, never in unbounded memory here. A ": ping" comment goes out after KeepAlive
 // without a frame. The server's WriteTimeout is lifted for this response (an SSE response lives
 // for minutes) and replaced by a per-write deadline. Do authorization and lookups before calling
@@ -163,7 +164,19 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 		case err != nil:
 			return err
 		}
+		// Frames already queued behind f go out in the same write and flush: a reader that fell
+		// behind catches up in a few system calls instead of one per frame. Only frames that are
+		// ready are taken (Next on a finished context consumes nothing otherwise), up to
+		// maxSSEBatch bytes, so memory stays bounded by the queue.
 		buf = AppendSSE(buf[:0], f)
+		for !f.Terminal() && len(buf) < maxSSEBatch {
+			more, err := src.Next(ready)
+			if err != nil {
+				break
+			}
+			f = more
+			buf = AppendSSE(buf, f)
+		}
 		if err := write(buf); err != nil {
 			return err
 		}
@@ -172,3 +185,13 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 		}
 	}
 }
+
+// maxSSEBatch bounds the bytes WriteSSE gathers into one write.
+const maxSSEBatch = 32 << 10
+
+// ready is a finished context: Next with it returns a frame only if one is already queued.
+var ready = func() context.Context { //nolint:gochecknoglobals // immutable
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
