@@ -36,12 +36,23 @@ func browser(t *testing.T) context.Context {
 		chromedp.NoSandbox, // root, in a container
 		chromedp.Flag("disable-dev-shm-usage", true),
 	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
-	require.NoError(t, chromedp.Do(ctx), "start Chromium")
-	return ctx
+	// Chromium's first start on a loaded machine can miss chromedp's handshake: try thrice.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, cancel := chromedp.NewContext(actx)
+		ctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+		if err = chromedp.Do(ctx); err == nil {
+			t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+			return ctx
+		}
+		cancelTimeout()
+		cancel()
+		cancelAlloc()
+		t.Logf("starting Chromium, attempt %d: %v", attempt, err)
+	}
+	t.Fatalf("start Chromium: %v", err)
+	return nil
 }
 
 // waitJS polls a JavaScript expression until it is true.

@@ -1,0 +1,209 @@
+// Package broker owns the choice of the watermill broker that carries CDC transactions from the
+// one active CDC reader to every instance's incremental view, and the relay that carries live
+// frames between instances (DESIGN §8). It is a departure from DESIGN §3's folder list: the
+// broker choice is shared by cmd/rindled and by apps that embed the packages, so it has a
+// package of its own rather than living in the binary.
+//
+// Two backends:
+//   - GoChannel (no URL): one process. Ordered (BlockPublishUntilSubscriberAck), nothing kept,
+//     no relay. It is the single-process default; several instances on one database need a
+//     real broker, since only the instance holding the slot would see events.
+//   - NATS JetStream (a nats:// URL), through watermill-nats. The CDC stream is file-backed and
+//     kept for Config.Retention. Every instance consumes every transaction through its own
+//     ordered consumer that delivers what is published after it subscribes (DeliverNew): a
+//     broadcast, not a work queue. The view subscribes before it reads its snapshot, so
+//     together they miss nothing (ivm's bootstrap). An ordered consumer recreates itself after
+//     a broker restart at the next stream sequence, so a restart loses nothing that was stored.
+//
+// Why JetStream over Redis Streams or Kafka: it is one small static server with persistence,
+// per-instance ordered consumers that start at "new" and survive server restarts without
+// consumer-group bookkeeping, and subject filters that give the relay a per-stream history
+// (DESIGN §9 notes Redis fan-out starts at "new only" after a restart and watermill-sql polls).
+// Kafka would do, at the cost of a cluster and a consumer group per instance. Adding one means
+// a new case in Open that returns its watermill Publisher and a per-instance Subscriber, and a
+// Relay built on its client.
+//
+// It owns no decoding (cdc) and no view logic (ivm). Close releases every connection it opened.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// Defaults of Config.
+const (
+	DefaultTopic          = "rindle_cdc" // also the JetStream stream name, which allows no dots
+	DefaultRetention      = 24 * time.Hour
+	DefaultLiveStream     = "rindle_live"
+	DefaultLiveRetention  = 10 * time.Minute
+	DefaultLivePerSubject = 100_000
+)
+
+// Config configures Open.
+type Config struct {
+	// URL selects the backend: empty for GoChannel, nats://host:port[,nats://...] for JetStream.
+	URL string
+	// Topic is the CDC topic (and JetStream stream). Defaults to DefaultTopic.
+	Topic string
+	// Retention bounds how long the JetStream CDC stream keeps transactions. Defaults to
+	// DefaultRetention.
+	Retention time.Duration
+	// Name identifies this instance's connections to the broker (its host id).
+	Name string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Broker is an opened backend.
+type Broker struct {
+	// Publisher carries CDC transactions (cdc.Config.Publisher).
+	Publisher message.Publisher
+	// Subscriber is this instance's broadcast subscription (ivm.Config.Subscriber).
+	Subscriber message.Subscriber
+	// Topic is the CDC topic both use.
+	Topic string
+	// Relay carries live frames between instances (producer.Config.Relay); nil on GoChannel.
+	Relay *producer.Relay
+	// Kind is "gochannel" or "nats".
+	Kind string
+
+	closers []func() error
+}
+
+// Open connects the backend cfg.URL names and provisions its streams.
+func Open(ctx context.Context, cfg Config) (*Broker, error) {
+	if cfg.Topic == "" {
+		cfg.Topic = DefaultTopic
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Retention < 0 {
+		return nil, errors.New("broker: Config.Retention must not be negative")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	wlog := watermill.NewSlogLogger(cfg.Logger.With("part", "broker"))
+	switch {
+	case cfg.URL == "":
+		ch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, wlog)
+		return &Broker{Publisher: ch, Subscriber: ch, Topic: cfg.Topic, Kind: "gochannel", closers: []func() error{ch.Close}}, nil
+	case strings.HasPrefix(cfg.URL, "nats://") || strings.HasPrefix(cfg.URL, "tls://"):
+		return openNATS(ctx, cfg, wlog)
+	}
+	return nil, fmt.Errorf("broker: unsupported URL %q (empty for in-process, nats://host:4222 for NATS JetStream)", cfg.URL)
+}
+
+// Close releases every connection.
+func (b *Broker) Close() error {
+	var errs []error
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		errs = append(errs, b.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// connect dials NATS with reconnects that never give up: a broker outage stalls the CDC reader
+// and the relay, and both resume when it returns.
+func connect(cfg Config, role string) (*nats.Conn, error) {
+	nc, err := nats.Connect(cfg.URL,
+		nats.Name(strings.Trim(cfg.Name+" "+role, " ")),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				cfg.Logger.Warn("broker: disconnected", "role", role, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { cfg.Logger.Info("broker: reconnected", "role", role) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("broker: connect %s (%s): %w", cfg.URL, role, err)
+	}
+	return nc, nil
+}
+
+func cdcStream(topic string, retention time.Duration) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: topic, Subjects: []string{topic}, Storage: jetstream.FileStorage,
+		Retention: jetstream.LimitsPolicy, MaxAge: retention, Discard: jetstream.DiscardOld,
+	}
+}
+
+func openNATS(ctx context.Context, cfg Config, wlog watermill.LoggerAdapter) (*Broker, error) {
+	b := &Broker{Topic: cfg.Topic, Kind: "nats"}
+	fail := func(err error) (*Broker, error) {
+		_ = b.Close()
+		return nil, err
+	}
+	admin, err := connect(cfg, "admin")
+	if err != nil {
+		return fail(err)
+	}
+	b.closers = append(b.closers, func() error { admin.Close(); return nil })
+	js, err := jetstream.New(admin)
+	if err != nil {
+		return fail(err)
+	}
+	streamCfg := cdcStream(cfg.Topic, cfg.Retention)
+	if _, err := js.CreateOrUpdateStream(ctx, streamCfg); err != nil {
+		return fail(fmt.Errorf("broker: provision the CDC stream %s: %w", cfg.Topic, err))
+	}
+	configure := func(string) jetstream.StreamConfig { return streamCfg }
+
+	pubConn, err := connect(cfg, "cdc-publisher")
+	if err != nil {
+		return fail(err)
+	}
+	pub, err := wmjs.NewPublisher(wmjs.PublisherConfig{Conn: pubConn, Logger: wlog, ConfigureStream: configure})
+	if err != nil {
+		pubConn.Close()
+		return fail(err)
+	}
+	b.closers = append(b.closers, pub.Close)
+	b.Publisher = pub
+
+	subConn, err := connect(cfg, "cdc-subscriber")
+	if err != nil {
+		return fail(err)
+	}
+	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
+		Conn: subConn, Logger: wlog, ConfigureStream: configure,
+		// Ordered consumers acknowledge nothing; the ack is a harmless publish.
+		AckAsync: true,
+		ResourceInitializer: func(ctx context.Context, js jetstream.JetStream, topic string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
+			c, err := js.OrderedConsumer(ctx, topic, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+			return c, nil, err
+		},
+	})
+	if err != nil {
+		subConn.Close()
+		return fail(err)
+	}
+	b.closers = append(b.closers, sub.Close)
+	b.Subscriber = sub
+
+	relay, closeRelay, err := newRelay(ctx, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	b.closers = append(b.closers, closeRelay)
+	b.Relay = relay
+	return b, nil
+}
