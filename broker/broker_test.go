@@ -1,0 +1,146 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rindle-sh/rindle-go/broker"
+	"github.com/rindle-sh/rindle-go/internal/natstest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats.go keeps a package-level timer pool goroutine; the server's are ours to stop.
+		goleak.IgnoreTopFunction("github.com/nats-io/nats.go.(*Conn).doReconnect"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+}
+
+func open(t *testing.T, url, name string) *broker.Broker {
+	t.Helper()
+	b, err := broker.Open(t.Context(), broker.Config{URL: url, Name: name})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func subscribe(t *testing.T, b *broker.Broker) <-chan *message.Message {
+	t.Helper()
+	ch, err := b.Subscriber.Subscribe(t.Context(), b.Topic)
+	require.NoError(t, err)
+	return ch
+}
+
+func publish(t *testing.T, b *broker.Broker, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		require.NoError(t, b.Publisher.Publish(b.Topic, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i)))))
+	}
+}
+
+// receive takes n messages in order, acking each.
+func receive(t *testing.T, ch <-chan *message.Message, n int) []string {
+	t.Helper()
+	var got []string
+	for range n {
+		select {
+		case m := <-ch:
+			got = append(got, string(m.Payload))
+			m.Ack()
+		case <-time.After(15 * time.Second):
+			t.Fatalf("only %d of %d messages: %v", len(got), n, got)
+		}
+	}
+	return got
+}
+
+func seq(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprint(i))
+	}
+	return out
+}
+
+// TestJetStreamBroadcastsEveryTransactionToEveryInstanceInOrder: each instance's subscriber
+// gets every message published after it subscribed (not a work queue), in order, and a
+// broker restart in the middle loses none.
+func TestJetStreamBroadcastsEveryTransactionToEveryInstanceInOrder(t *testing.T) {
+	ns := natstest.Start(t)
+	leader := open(t, ns.URL(), "a")
+	publish(t, leader, 0, 5) // before anyone subscribed: nobody gets these
+	b, c := open(t, ns.URL(), "b"), open(t, ns.URL(), "c")
+	chB, chC := subscribe(t, b), subscribe(t, c)
+	publish(t, leader, 5, 105)
+	require.Equal(t, seq(5, 105), receive(t, chB, 100))
+	require.Equal(t, seq(5, 105), receive(t, chC, 100))
+
+	ns.Restart(300 * time.Millisecond)
+	// The publisher retries across the outage, as the CDC reader does (it stalls, then resumes).
+	for i := 105; i < 205; i++ {
+		require.Eventually(t, func() bool {
+			return leader.Publisher.Publish(leader.Topic, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i)))) == nil
+		}, 20*time.Second, 50*time.Millisecond)
+	}
+	require.Equal(t, seq(105, 205), receive(t, chB, 100), "nothing lost or doubled across the restart")
+	require.Equal(t, seq(105, 205), receive(t, chC, 100))
+}
+
+func TestRelayReplaysAStreamsFramesToAnotherInstanceAndFollowsIt(t *testing.T) {
+	ns := natstest.Start(t)
+	a, b := open(t, ns.URL(), "a"), open(t, ns.URL(), "b")
+	const id = "chat:7/msg 1" // colons, slashes and spaces: not a NATS token as is
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	src, err := b.Relay.Attach(ctx, id, 0)
+	require.NoError(t, err)
+	require.Nil(t, src, "a stream nobody published is absent")
+
+	chunk := func(from producer.Seq, text string) producer.Frame {
+		return producer.Frame{Type: producer.FrameChunk, From: from, Seq: from + producer.Len16(text), Text: text}
+	}
+	require.NoError(t, a.Relay.Publish(id, chunk(0, "héllo ")))
+	require.NoError(t, a.Relay.Publish(id, producer.Frame{Type: producer.FrameDurable, Seq: 6}))
+	require.Eventually(t, func() bool {
+		src, err = b.Relay.Attach(ctx, id, 3)
+		return err == nil && src != nil
+	}, 10*time.Second, 20*time.Millisecond)
+	defer src.Close()
+	f, err := src.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, chunk(0, "héllo "), f, "from the first frame: the conform pass trims")
+	f, err = src.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.FrameDurable, f.Type)
+	require.NoError(t, a.Relay.Publish(id, chunk(6, "wörld 😀")))
+	require.NoError(t, a.Relay.Publish(id, producer.Frame{Type: producer.FrameEnd, Seq: 14, Status: producer.StatusComplete}))
+	f, err = src.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, chunk(6, "wörld 😀"), f, "then live")
+	f, err = src.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.FrameEnd, f.Type)
+	_, err = src.Next(ctx)
+	require.ErrorIs(t, err, io.EOF)
+}
+
+func TestOpenRefusesUnknownURLsAndUnreachableBrokers(t *testing.T) {
+	_, err := broker.Open(t.Context(), broker.Config{URL: "kafka://x:9092"})
+	require.ErrorContains(t, err, "unsupported URL")
+	_, err = broker.Open(t.Context(), broker.Config{URL: "nats://127.0.0.1:1"})
+	require.ErrorContains(t, err, "broker: connect nats://127.0.0.1:1")
+	b, err := broker.Open(t.Context(), broker.Config{})
+	require.NoError(t, err)
+	require.Equal(t, "gochannel", b.Kind)
+	require.Nil(t, b.Relay, "one process needs no relay")
+	require.NoError(t, b.Close())
+}
