@@ -22,15 +22,16 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultSlot           = "rindle_cdc"
-	DefaultPublication    = "rindle_cdc"
-	DefaultTopic          = "rindle.cdc"
-	DefaultStatusInterval = time.Second
-	DefaultServerTimeout  = 60 * time.Second
-	DefaultReconnectDelay = 500 * time.Millisecond
-	MaxReconnectDelay     = 30 * time.Second
-	DefaultPublishBackoff = 100 * time.Millisecond
-	MaxPublishBackoff     = 5 * time.Second
+	DefaultSlot            = "rindle_cdc"
+	DefaultPublication     = "rindle_cdc"
+	DefaultTopic           = "rindle.cdc"
+	DefaultStatusInterval  = time.Second
+	DefaultServerTimeout   = 60 * time.Second
+	DefaultReconnectDelay  = 500 * time.Millisecond
+	DefaultStandbyInterval = time.Second
+	MaxReconnectDelay      = 30 * time.Second
+	DefaultPublishBackoff  = 100 * time.Millisecond
+	MaxPublishBackoff      = 5 * time.Second
 )
 
 // Errors a caller can act on.
@@ -73,6 +74,10 @@ type Config struct {
 	// (the server sends keep-alives) before it treats the connection as dead and reconnects.
 	// Defaults to DefaultServerTimeout.
 	ServerTimeout time.Duration
+	// StandbyInterval is how often a reader whose slot another reader holds tries to take it
+	// over: with the leader gone, failover takes at most this long. Defaults to
+	// DefaultStandbyInterval.
+	StandbyInterval time.Duration
 	// OnPublishErrorFunc, if set, hears every failed publish while the reader stalls on it.
 	OnPublishErrorFunc func(err error, tx *Tx, attempt int)
 	// Logger hears reconnects and stalls. Defaults to slog.Default().
@@ -136,6 +141,9 @@ func New(cfg Config) (*Reader, error) {
 	}
 	if cfg.ServerTimeout == 0 {
 		cfg.ServerTimeout = DefaultServerTimeout
+	}
+	if cfg.StandbyInterval <= 0 {
+		cfg.StandbyInterval = DefaultStandbyInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -294,7 +302,10 @@ func (r *Reader) loop(ctx context.Context) {
 			delay = DefaultReconnectDelay
 		}
 		if IsSlotInUse(err) {
+			// A standby polls at a fixed cadence, not a growing backoff: that cadence bounds
+			// failover once the leader's walsender has gone.
 			r.cfg.Logger.Debug("cdc: slot held by another reader; standing by", "slot", r.cfg.Slot)
+			delay = r.cfg.StandbyInterval
 		} else {
 			r.cfg.Logger.Warn("cdc: replication session ended; reconnecting", "slot", r.cfg.Slot, "in", delay, "err", err)
 		}

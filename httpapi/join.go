@@ -35,6 +35,22 @@ type Joined struct {
 	pos    producer.Seq // end of what this reader has been sent
 	done   bool
 	closed bool
+
+	// A relayed tail (the stream is live on another instance) is watched through the view:
+	// if its producer dies, no end frame will ever be relayed, and the seal the sweeper
+	// writes reaches this instance only by replication. sealed ends when the view turns
+	// terminal; stopWatch ends the watcher.
+	relayed   bool
+	sealed    context.Context
+	stopWatch context.CancelFunc
+}
+
+// errSealedElsewhere cuts a relayed tail short once the view shows the stream sealed.
+var errSealedElsewhere = errors.New("the stream was sealed on another instance")
+
+// hoster is the live plane's local lookup (producer.Plane.Stream).
+type hoster interface {
+	Stream(id string) (*producer.LiveStream, bool)
 }
 
 // Join joins a reader at from. The caller has authorized the reader: Join reveals whether
@@ -80,6 +96,15 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 		}
 		j.pos = at
 		j.live = sub
+		if h, ok := live.(hoster); ok {
+			if _, local := h.Stream(id); !local {
+				j.relayed = true
+				watchCtx, stop := context.WithCancel(ctx)
+				sealed, seal := context.WithCancel(context.Background())
+				j.sealed, j.stopWatch = sealed, func() { stop(); seal() }
+				go j.watch(watchCtx, seal)
+			}
+		}
 	case producer.FrameAbsent:
 		// Not hosted here (another instance, or sealed and evicted): the view serves everything.
 		sub.Close()
@@ -110,7 +135,13 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 			return producer.Frame{}, io.EOF
 		}
 		if j.live != nil {
-			f, err := j.live.Next(ctx)
+			f, err := j.nextLive(ctx)
+			if errors.Is(err, errSealedElsewhere) {
+				// The producer is gone: the view has the durable text and the end.
+				j.live.Close()
+				j.live = nil
+				continue
+			}
 			if errors.Is(err, io.EOF) {
 				// Detached without a terminal (the plane shut down): the reader falls back.
 				j.done = true
@@ -133,6 +164,33 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 	}
 }
 
+// nextLive is the live tail's next frame; a relayed one is cut short once the view is sealed.
+func (j *Joined) nextLive(ctx context.Context) (producer.Frame, error) {
+	if !j.relayed {
+		return j.live.Next(ctx)
+	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(j.sealed, func() { cancel(errSealedElsewhere) })
+	defer stop()
+	f, err := j.live.Next(lctx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(lctx), errSealedElsewhere) {
+		return producer.Frame{}, errSealedElsewhere
+	}
+	return f, err
+}
+
+// watch waits for the view to show the stream terminal, then calls seal.
+func (j *Joined) watch(ctx context.Context, seal context.CancelFunc) {
+	m, err := j.view.Get(ctx, j.id)
+	for err == nil && !m.Status.Terminal() {
+		m, err = j.view.Wait(ctx, j.id, m.Seq)
+	}
+	if err == nil {
+		seal()
+	}
+}
+
 // follow waits for the view to pass what was sent and queues the difference: the durable plane
 // streamed at checkpoint granularity, for a stream produced elsewhere.
 func (j *Joined) follow(ctx context.Context) error {
@@ -146,8 +204,10 @@ func (j *Joined) follow(ctx context.Context) error {
 			producer.Frame{Type: producer.FrameDurable, Seq: n})
 		j.pos = n
 	}
-	if m.Status.Terminal() && producer.Len16(m.Text) <= j.pos {
-		j.queue = append(j.queue, producer.Frame{Type: producer.FrameEnd, Seq: j.pos, Status: m.Status, Error: m.Error})
+	if n := producer.Len16(m.Text); m.Status.Terminal() && n <= j.pos {
+		// The end claims the durable length: a reader that was relayed text its producer
+		// never made durable (it died) learns where the durable text ends.
+		j.queue = append(j.queue, producer.Frame{Type: producer.FrameEnd, Seq: n, Status: m.Status, Error: m.Error})
 		j.done = true
 	}
 	return nil
@@ -156,6 +216,9 @@ func (j *Joined) follow(ctx context.Context) error {
 // Close releases the live subscription. Idempotent.
 func (j *Joined) Close() {
 	j.closed = true
+	if j.stopWatch != nil {
+		j.stopWatch()
+	}
 	if j.live != nil {
 		j.live.Close()
 	}

@@ -170,22 +170,37 @@ func (s *Server) producer(header string) (*Claims, error) {
 // exist, so ids cannot be probed.
 func errNoAccess() error { return huma.Error403Forbidden("you may not read this stream") }
 
+// HostHeader names the instance that hosts a live stream (the message's host column) on the
+// event stream's response: the alternative to the relay (DESIGN §8), for a proxy that routes
+// readers to the producing instance, or a client that reconnects there.
+const HostHeader = "Rindle-Host"
+
+// access is an authorized read: the claims and where the stream is live, if it is.
+type access struct {
+	claims *Claims
+	host   string // set while the message is streaming on a known host
+}
+
 // reader authorizes a read of id: the owner must be the token's subject (or the token has the
 // producer scope). The owner is looked up before anything reveals whether id exists.
-func (s *Server) reader(ctx context.Context, header, id string) (*Claims, error) {
+func (s *Server) reader(ctx context.Context, header, id string) (*access, error) {
 	c, err := s.claims(header)
 	if err != nil {
 		return nil, err
 	}
-	var owner *string
-	err = s.cfg.Pool.QueryRow(ctx, "SELECT owner FROM messages WHERE id = $1", id).Scan(&owner)
+	var owner, host, status *string
+	err = s.cfg.Pool.QueryRow(ctx, "SELECT owner, host, status FROM messages WHERE id = $1", id).Scan(&owner, &host, &status)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, errNoAccess()
 	case err != nil:
 		return nil, huma.Error503ServiceUnavailable("the database is unavailable", err)
 	case c.has(ProducerScope) || (owner != nil && *owner == c.Subject):
-		return c, nil
+		a := &access{claims: c}
+		if host != nil && status != nil && *status == string(producer.StatusStreaming) {
+			a.host = *host
+		}
+		return a, nil
 	}
 	return nil, errNoAccess()
 }
@@ -481,7 +496,7 @@ func (s *Server) registerEvents() {
 	s.api.OpenAPI().AddOperation(&huma.Operation{
 		OperationID: "streamEvents", Method: http.MethodGet, Path: path, Security: security(),
 		Summary:     "Server-sent events: the durable prefix from the view, then the live tail",
-		Description: "One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s.",
+		Description: "One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.",
 		Parameters: []*huma.Param{
 			{Name: "id", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}},
 			{Name: "from", In: "query", Schema: &huma.Schema{Type: "integer", Minimum: ptr(0.0)}},
@@ -497,9 +512,13 @@ func (s *Server) registerEvents() {
 	s.mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		// Everything that can fail does so before the first byte, while a status is possible.
-		if _, err := s.reader(r.Context(), eventsAuth(r), id); err != nil {
+		a, err := s.reader(r.Context(), eventsAuth(r), id)
+		if err != nil {
 			writeProblem(w, err)
 			return
+		}
+		if a.host != "" {
+			w.Header().Set(HostHeader, a.host)
 		}
 		from, err := producer.ResumeFromRequest(r)
 		if err != nil {

@@ -11,17 +11,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rindle-sh/rindle-go/broker"
 	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
@@ -35,8 +35,8 @@ import (
 
 // settings are every knob, from flags with environment defaults.
 type settings struct {
-	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo string
-	drainTimeout                                                 time.Duration
+	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
+	drainTimeout, leaseTTL                                                  time.Duration
 }
 
 const usage = `rindled: durable, resumable language-model answers.
@@ -75,6 +75,8 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.slot, "slot", env("RINDLE_SLOT", cdc.DefaultSlot), "logical replication slot [RINDLE_SLOT]")
 	fs.StringVar(&s.otlp, "otlp-endpoint", env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), "OTLP/HTTP collector base URL; empty exports nothing [OTEL_EXPORTER_OTLP_ENDPOINT]")
 	fs.StringVar(&s.demo, "demo", env("RINDLE_DEMO", "auto"), "serve the demo page at / and its synthetic generator: true, false, or auto (on with the private cluster only) [RINDLE_DEMO]")
+	fs.StringVar(&s.brokerURL, "broker-url", env("RINDLE_BROKER_URL", ""), "NATS JetStream URL (nats://host:4222) that carries CDC events to every instance and relays live tails between them; empty runs in-process, one instance only [RINDLE_BROKER_URL]")
+	fs.DurationVar(&s.leaseTTL, "lease-ttl", envDuration(getenv, "RINDLE_LEASE_TTL", checkpoint.DefaultLeaseTTL), "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
 	if extra != nil {
 		extra(fs)
@@ -258,11 +260,35 @@ func jwtSecret(s *settings) ([]byte, error) {
 	return secret, nil
 }
 
+// withApplicationName sets application_name on a URL or keyword/value connection string.
+func withApplicationName(conn, name string) (string, error) {
+	if strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://") {
+		u, err := neturl.Parse(conn)
+		if err != nil {
+			return "", fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		q := u.Query()
+		q.Set("application_name", name)
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	return conn + " application_name='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name) + "'", nil
+}
+
 func version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// envDuration reads a duration from the environment, or def when unset or malformed (the
+// flag's own parsing then reports a malformed -flag value).
+func envDuration(getenv func(string) string, k string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(getenv(k)); err == nil {
+		return d
+	}
+	return def
 }
 
 // demoOn resolves -demo: auto serves the demo only with the private development cluster, since
@@ -295,10 +321,20 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	}
 	defer func() { _ = shutdownTel(context.WithoutCancel(ctx)) }()
 
-	// The view subscribes before the reader publishes: GoChannel keeps no history.
-	broker := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NewSlogLogger(logger.With("part", "broker")))
-	defer broker.Close()
-	view, err := ivm.New(ivm.Config{Subscriber: broker, Pool: pool, Logger: logger,
+	hostID := s.hostID
+	if hostID == "" {
+		host, _ := os.Hostname()
+		hostID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:8])
+	}
+
+	// The view subscribes before the reader publishes: GoChannel keeps no history, and a
+	// JetStream consumer delivers what is published after it subscribed.
+	bus, err := broker.Open(ctx, broker.Config{URL: s.brokerURL, Name: hostID, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = bus.Close() }()
+	view, err := ivm.New(ivm.Config{Subscriber: bus.Subscriber, Topic: bus.Topic, Pool: pool, Logger: logger,
 		OnApplyFunc: func(tx *cdc.Tx, lag time.Duration) { tel.Instruments.ObserveApply(lag, tx.Traceparent()) }})
 	if err != nil {
 		return err
@@ -307,7 +343,13 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 		return err
 	}
 	defer view.Stop()
-	reader, err := cdc.New(cdc.Config{ConnString: url, Slot: s.slot, Publisher: broker, Logger: logger})
+	// Every instance runs a reader; the one holding the slot publishes, the others stand by
+	// (the slot is the leader lock). application_name shows the leader in pg_stat_replication.
+	readerURL, err := withApplicationName(url, "rindled-cdc "+hostID)
+	if err != nil {
+		return err
+	}
+	reader, err := cdc.New(cdc.Config{ConnString: readerURL, Slot: s.slot, Publisher: bus.Publisher, Topic: bus.Topic, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -319,17 +361,12 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 		return err
 	}
 
-	hostID := s.hostID
-	if hostID == "" {
-		host, _ := os.Hostname()
-		hostID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:8])
-	}
 	db := checkpoint.PoolDB(pool)
 	store, err := checkpoint.New(checkpoint.Config{DB: db, Tables: checkpoint.DefaultTables(), HostID: hostID})
 	if err != nil {
 		return err
 	}
-	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{DB: db, HostID: hostID, Logger: logger})
+	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{DB: db, HostID: hostID, TTL: s.leaseTTL, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -337,7 +374,7 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 		return err
 	}
 	defer lease.Stop()
-	sweeper, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.DefaultTables(), Logger: logger})
+	sweeper, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.DefaultTables(), Interval: max(s.leaseTTL/3, 100*time.Millisecond), Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -350,6 +387,7 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 		// The HTTP layer authorizes every read (owner or producer scope) before it subscribes.
 		Authorize:         func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
 		CommitContextFunc: tel.Instruments.CommitContext,
+		Relay:             bus.Relay, // nil in-process: readers of other instances' streams follow the view
 		OnCheckpointFunc:  tel.Instruments.ObserveCheckpoint,
 		OnStreamFunc:      tel.Instruments.ObserveStream,
 		OnSubscriberFunc:  tel.Instruments.ObserveSubscriber,

@@ -323,7 +323,7 @@ type ClientInterface interface {
 
 	// StreamEvents Server-sent events: the durable prefix from the view, then the live tail
 	//
-	// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s.
+	// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.
 	//
 	// Corresponds with GET /v1/streams/{id}/events (the `StreamEvents` operationId).
 	StreamEvents(ctx context.Context, id string, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -521,7 +521,7 @@ func (c *Client) CloseStream(ctx context.Context, id string, params *CloseStream
 
 // StreamEvents Server-sent events: the durable prefix from the view, then the live tail
 //
-// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s.
+// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.
 //
 // Corresponds with GET /v1/streams/{id}/events (the `StreamEvents` operationId).
 func (c *Client) StreamEvents(ctx context.Context, id string, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1323,7 +1323,7 @@ type ClientWithResponsesInterface interface {
 
 	// StreamEventsWithResponse Server-sent events: the durable prefix from the view, then the live tail
 	//
-	// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s.
+	// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1995,7 +1995,7 @@ func (c *ClientWithResponses) CloseStreamWithResponse(ctx context.Context, id st
 
 // StreamEventsWithResponse Server-sent events: the durable prefix from the view, then the live tail
 //
-// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s.
+// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.
 //
 // Returns a wrapper object for the known response body format(s).
 //
