@@ -120,8 +120,8 @@ func (b *Broker) Close() error {
 
 // connect dials NATS with reconnects that never give up: a broker outage stalls the CDC reader
 // and the relay, and both resume when it returns.
-func connect(cfg Config, role string) (*nats.Conn, error) {
-	nc, err := nats.Connect(cfg.URL,
+func connect(cfg Config, role string, extra ...nats.Option) (*nats.Conn, error) {
+	opts := []nats.Option{
 		nats.Name(strings.Trim(cfg.Name+" "+role, " ")),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -132,7 +132,8 @@ func connect(cfg Config, role string) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { cfg.Logger.Info("broker: reconnected", "role", role) }),
-	)
+	}
+	nc, err := nats.Connect(cfg.URL, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: connect %s (%s): %w", cfg.URL, role, err)
 	}

@@ -131,6 +131,21 @@ func TestRelayReplaysAStreamsFramesToAnotherInstanceAndFollowsIt(t *testing.T) {
 	require.Equal(t, producer.FrameEnd, f.Type)
 	_, err = src.Next(ctx)
 	require.ErrorIs(t, err, io.EOF)
+
+	// The live stream lives in memory: a broker restart loses it, and the relay provisions it
+	// again, so streams opened afterwards are relayed as before.
+	ns.Restart(200 * time.Millisecond)
+	require.Eventually(t, func() bool {
+		if a.Relay.Publish("after", chunk(0, "x")) != nil {
+			return false
+		}
+		src, err = b.Relay.Attach(ctx, "after", 0)
+		return err == nil && src != nil
+	}, 20*time.Second, 50*time.Millisecond, "the relay came back after the restart")
+	defer src.Close()
+	f, err = src.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, chunk(0, "x"), f)
 }
 
 func TestOpenRefusesUnknownURLsAndUnreachableBrokers(t *testing.T) {

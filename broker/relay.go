@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,8 +29,28 @@ func liveSubject(streamID string) string {
 	return DefaultLiveStream + "." + base64.RawURLEncoding.EncodeToString([]byte(streamID))
 }
 
+func liveStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: DefaultLiveStream, Subjects: []string{DefaultLiveStream + ".*"}, Storage: jetstream.MemoryStorage,
+		MaxAge: DefaultLiveRetention, MaxMsgsPerSubject: DefaultLivePerSubject, Discard: jetstream.DiscardOld,
+	}
+}
+
 func newRelay(ctx context.Context, cfg Config) (*producer.Relay, func() error, error) {
-	nc, err := connect(cfg, "relay")
+	r := &relay{}
+	// A memory stream does not survive a broker restart: provision it again on every reconnect
+	// (and on a lookup that finds it missing), or the relay would stay down for good.
+	reconnected := func(*nats.Conn) {
+		cfg.Logger.Info("broker: reconnected", "role", "relay")
+		go func() {
+			pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := r.provision(pctx); err != nil {
+				cfg.Logger.Warn("broker: re-provisioning the live stream", "err", err)
+			}
+		}()
+	}
+	nc, err := connect(cfg, "relay", nats.ReconnectHandler(reconnected))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -38,22 +59,24 @@ func newRelay(ctx context.Context, cfg Config) (*producer.Relay, func() error, e
 		nc.Close()
 		return nil, nil, err
 	}
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: DefaultLiveStream, Subjects: []string{DefaultLiveStream + ".*"}, Storage: jetstream.MemoryStorage,
-		MaxAge: DefaultLiveRetention, MaxMsgsPerSubject: DefaultLivePerSubject, Discard: jetstream.DiscardOld,
-	})
-	if err != nil {
+	r.nc, r.js = nc, js
+	if err := r.provision(ctx); err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("broker: provision the live stream: %w", err)
+		return nil, nil, err
 	}
-	r := &relay{nc: nc, js: js, stream: stream}
 	return &producer.Relay{Publish: r.publish, Attach: r.attach}, func() error { nc.Close(); return nil }, nil
 }
 
 type relay struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream jetstream.Stream
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func (r *relay) provision(ctx context.Context) error {
+	if _, err := r.js.CreateOrUpdateStream(ctx, liveStreamConfig()); err != nil {
+		return fmt.Errorf("broker: provision the live stream: %w", err)
+	}
+	return nil
 }
 
 func (r *relay) publish(streamID string, f producer.Frame) error {
@@ -63,7 +86,15 @@ func (r *relay) publish(streamID string, f producer.Frame) error {
 // attach follows streamID's frames if some instance has published any; nil (absent) otherwise.
 func (r *relay) attach(ctx context.Context, streamID string, _ producer.Seq) (producer.FrameSource, error) {
 	subject := liveSubject(streamID)
-	if _, err := r.stream.GetLastMsgForSubject(ctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
+	stream, err := r.js.Stream(ctx, DefaultLiveStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// The broker restarted and lost the memory stream: nothing to relay; provide for next time.
+		return nil, r.provision(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("broker: relay lookup: %w", err)
+	}
+	if _, err := stream.GetLastMsgForSubject(ctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	} else if err != nil {
 		return nil, fmt.Errorf("broker: relay lookup: %w", err)

@@ -78,6 +78,16 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 		sub.Close()
 		return nil, fmt.Errorf("stream %s: join: %w", id, err)
 	}
+	relayed := false
+	if h, ok := live.(hoster); ok {
+		_, local := h.Stream(id)
+		relayed = !local
+	}
+	if relayed && first.Type == producer.FrameStale {
+		// The relay cannot serve this reader (the broker is down, or its history is gone): the
+		// view can, at checkpoint granularity.
+		first = producer.Frame{Type: producer.FrameAbsent}
+	}
 	switch first.Type {
 	case producer.FrameOpen:
 		at := first.From // the live plane's join point: clamped and floored by the plane
@@ -96,14 +106,12 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 		}
 		j.pos = at
 		j.live = sub
-		if h, ok := live.(hoster); ok {
-			if _, local := h.Stream(id); !local {
-				j.relayed = true
-				watchCtx, stop := context.WithCancel(ctx)
-				sealed, seal := context.WithCancel(context.Background())
-				j.sealed, j.stopWatch = sealed, func() { stop(); seal() }
-				go j.watch(watchCtx, seal)
-			}
+		if relayed {
+			j.relayed = true
+			watchCtx, stop := context.WithCancel(ctx)
+			sealed, seal := context.WithCancel(context.Background())
+			j.sealed, j.stopWatch = sealed, func() { stop(); seal() }
+			go j.watch(watchCtx, seal)
 		}
 	case producer.FrameAbsent:
 		// Not hosted here (another instance, or sealed and evicted): the view serves everything.
@@ -136,8 +144,9 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 		}
 		if j.live != nil {
 			f, err := j.nextLive(ctx)
-			if errors.Is(err, errSealedElsewhere) {
-				// The producer is gone: the view has the durable text and the end.
+			if errors.Is(err, errSealedElsewhere) || (j.relayed && (errors.Is(err, io.EOF) || err == nil && f.Type == producer.FrameStale)) {
+				// The producer is gone, or the relay broke (a broker outage): the view has the
+				// durable text and will have the end. The reader loses smoothness, not text.
 				j.live.Close()
 				j.live = nil
 				continue

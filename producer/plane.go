@@ -86,6 +86,9 @@ func (p *Plane) Open(ctx context.Context, in OpenStreamInput) (*LiveStream, erro
 		return nil, err
 	}
 	p.streamDelta(1)
+	// Beyond the seed: the relay hears the open too, so a reader on another instance who joins
+	// before the first delta finds the stream live there instead of absent.
+	p.publishRelay(in.StreamID, Frame{Type: FrameOpen, StreamID: in.StreamID})
 	return s, nil
 }
 
@@ -290,7 +293,7 @@ func (p *Plane) reportRelayError(err error, streamID string, phase RelayPhase) {
 // durable plane".
 type Relay struct {
 	// Publish mirrors every frame this process's producers fan out (chunk, durable and the
-	// terminal end), in order. It is called with the stream's lock held, so it must not block
+	// terminal end), in order, after an open at offset 0 when the stream opens. It is called with the stream's lock held, so it must not block
 	// and must not call back into the plane. An error or panic is reported to OnRelayErrorFunc
 	// and otherwise ignored: a relay outage may cost the live leg, never the generation.
 	Publish func(streamID string, f Frame) error

@@ -107,7 +107,8 @@ func TestRelayPublishMirrorsEveryFrameInOrder(t *testing.T) {
 	require.NoError(t, s.Close(t.Context()))
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, []producer.Frame{chunk(0, 2, "ab"), durable(2), end(2)}, got)
+	open := producer.Frame{Type: producer.FrameOpen, StreamID: "m"}
+	require.Equal(t, []producer.Frame{open, chunk(0, 2, "ab"), durable(2), end(2)}, got, "an open at 0, then what readers get")
 }
 
 func TestRelayPublishFailuresNeverReachTheProducer(t *testing.T) {
