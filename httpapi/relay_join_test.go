@@ -1,0 +1,175 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// hub is an in-memory relay between two planes of one test: it keeps every stream's frames and
+// can break a stream's sources, as a broker outage does.
+type hub struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	frames map[string][]producer.Frame
+	broken map[string]bool
+}
+
+func newHub() *hub {
+	h := &hub{frames: map[string][]producer.Frame{}, broken: map[string]bool{}}
+	h.cond = sync.NewCond(&h.mu)
+	return h
+}
+
+func (h *hub) publish(id string, f producer.Frame) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.frames[id] = append(h.frames[id], f)
+	h.cond.Broadcast()
+	return nil
+}
+
+func (h *hub) fail(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.broken[id] = true
+	h.cond.Broadcast()
+}
+
+func (h *hub) attach(_ context.Context, id string, _ producer.Seq) (producer.FrameSource, error) {
+	return &hubSource{h: h, id: id}, nil
+}
+
+type hubSource struct {
+	h  *hub
+	id string
+	i  int
+}
+
+func (s *hubSource) Next(ctx context.Context) (producer.Frame, error) {
+	stop := context.AfterFunc(ctx, func() { s.h.mu.Lock(); s.h.cond.Broadcast(); s.h.mu.Unlock() })
+	defer stop()
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	for {
+		switch {
+		case s.h.broken[s.id]:
+			return producer.Frame{}, errors.New("broker down")
+		case ctx.Err() != nil:
+			return producer.Frame{}, ctx.Err()
+		case s.i < len(s.h.frames[s.id]):
+			s.i++
+			return s.h.frames[s.id][s.i-1], nil
+		}
+		s.h.cond.Wait()
+	}
+}
+
+func (s *hubSource) Close() error { return nil }
+
+// relayedPlanes are a producing plane (publishing to h) and a reading plane (attaching to h)
+// on w's database: two instances.
+func relayedPlanes(t *testing.T, w *world, h *hub, checkpointChars int) (prod, read *producer.Plane) {
+	t.Helper()
+	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(w.db.Pool), Tables: checkpoint.DefaultTables()})
+	require.NoError(t, err)
+	prod, err = producer.New(producer.Config{Committer: store, Authorize: allow, CheckpointChars: checkpointChars,
+		CheckpointInterval: time.Hour, Relay: &producer.Relay{Publish: h.publish}})
+	require.NoError(t, err)
+	read, err = producer.New(producer.Config{Committer: store, Authorize: allow, Relay: &producer.Relay{Attach: h.attach}})
+	require.NoError(t, err)
+	t.Cleanup(func() { prod.Close(); read.Close() })
+	return prod, read
+}
+
+func readN(t *testing.T, j *httpapi.Joined, n int) []producer.Frame {
+	t.Helper()
+	var out []producer.Frame
+	for range n {
+		f, err := j.Next(t.Context())
+		require.NoError(t, err)
+		out = append(out, f)
+	}
+	return out
+}
+
+// TestRelayedJoinFallsBackToTheViewWhenTheRelayBreaks: a broker outage mid-answer costs the
+// reader smoothness only: the join follows the view to the same text and end.
+func TestRelayedJoinFallsBackToTheViewWhenTheRelayBreaks(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	h := newHub()
+	prod, read := relayedPlanes(t, w, h, 8)
+	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
+	require.NoError(t, err)
+	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
+	require.NoError(t, err)
+	require.NoError(t, s.Push("héllo 😀 "))
+
+	j, err := httpapi.Join(t.Context(), w.view, read, nil, "m", 0)
+	require.NoError(t, err)
+	defer j.Close()
+	frames := readN(t, j, 2) // open, then the relayed chunk
+	require.Equal(t, producer.FrameChunk, frames[1].Type)
+	require.Equal(t, "héllo 😀 ", frames[1].Text, "served live through the relay")
+
+	h.fail("m")
+	require.NoError(t, s.Push("wörld, still here"))
+	require.NoError(t, s.Close(t.Context()))
+	frames = append(frames, streamtest.Collect(t, j)...)
+	text, end := streamtest.Replay(t, "", frames)
+	require.Equal(t, producer.FrameEnd, end.Type, "no stale: the view took over")
+	require.Equal(t, producer.StatusComplete, end.Status)
+	require.Equal(t, "héllo 😀 wörld, still here", text)
+}
+
+// TestRelayedJoinEndsWithTheDurableLengthWhenTheProducerDies: a producer that dies sends no end;
+// once the sweeper's seal reaches the view, the reader gets an end that claims only the durable
+// text, although the relay had shown it more.
+func TestRelayedJoinEndsWithTheDurableLengthWhenTheProducerDies(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	h := newHub()
+	prod, read := relayedPlanes(t, w, h, 1<<20) // checkpoints only on flush
+	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
+	require.NoError(t, err)
+	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
+	require.NoError(t, err)
+	require.NoError(t, s.Push("durable "))
+	_, err = s.Flush(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, s.Push("never durable"))
+
+	j, err := httpapi.Join(t.Context(), w.view, read, nil, "m", 0)
+	require.NoError(t, err)
+	defer j.Close()
+	var frames []producer.Frame
+	for pos := producer.Seq(0); pos < producer.Len16("durable never durable"); {
+		f := readN(t, j, 1)[0]
+		frames = append(frames, f)
+		if f.Type == producer.FrameChunk {
+			pos = f.Seq
+		}
+	}
+	// The producer's instance dies (nothing more is relayed); the sweeper seals the row.
+	_, err = w.db.Pool.Exec(t.Context(), "UPDATE messages SET status = 'interrupted' WHERE id = 'm'")
+	require.NoError(t, err)
+	frames = append(frames, streamtest.Collect(t, j)...)
+	text, end := streamtest.Replay(t, "", frames)
+	require.Equal(t, "durable never durable", text, "what the reader was shown")
+	require.Equal(t, producer.FrameEnd, end.Type)
+	require.Equal(t, producer.StatusInterrupted, end.Status)
+	require.Equal(t, producer.Len16("durable "), end.Seq, "the end claims only the durable text")
+	_, err = j.Next(t.Context())
+	require.ErrorIs(t, err, io.EOF)
+}
