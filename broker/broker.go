@@ -98,7 +98,8 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	wlog := watermill.NewSlogLogger(cfg.Logger.With("part", "broker"))
+	// watermill-nats logs every message it receives at Info: that is Debug here.
+	wlog := watermill.NewSlogLoggerWithLevelMapping(cfg.Logger.With("part", "broker"), map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
 	switch {
 	case cfg.URL == "":
 		ch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, wlog)

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
 }
 
-func open(t *testing.T, url, name string) *broker.Broker {
+func open(t testing.TB, url, name string) *broker.Broker {
 	t.Helper()
 	b, err := broker.Open(t.Context(), broker.Config{URL: url, Name: name})
 	require.NoError(t, err)
@@ -158,4 +158,55 @@ func TestOpenRefusesUnknownURLsAndUnreachableBrokers(t *testing.T) {
 	require.Equal(t, "gochannel", b.Kind)
 	require.Nil(t, b.Relay, "one process needs no relay")
 	require.NoError(t, b.Close())
+}
+
+// BenchmarkBroadcastToThreeInstances publishes CDC-sized messages (a chunk insert, ~300 bytes)
+// through JetStream to three instances' ordered consumers and reports what one broker carries:
+// messages published per second, and deliveries per second across the three.
+//
+//	go test ./broker -run '^$' -bench Broadcast -benchtime 20000x
+func BenchmarkBroadcastToThreeInstances(b *testing.B) {
+	ns := natstest.Start(b)
+	open := func(name string) *broker.Broker {
+		br, err := broker.Open(b.Context(), broker.Config{URL: ns.URL(), Name: name})
+		require.NoError(b, err)
+		b.Cleanup(func() { _ = br.Close() })
+		return br
+	}
+	leader := open("leader")
+	var chans []<-chan *message.Message
+	for _, name := range []string{"a", "b", "c"} {
+		br := open(name)
+		ch, err := br.Subscriber.Subscribe(b.Context(), br.Topic)
+		require.NoError(b, err)
+		chans = append(chans, ch)
+	}
+	payload := make([]byte, 300)
+	for i := range payload {
+		payload[i] = byte('a' + i%26)
+	}
+	done := make(chan int, 3)
+	b.ResetTimer()
+	for _, ch := range chans {
+		go func() {
+			n := 0
+			for n < b.N {
+				m := <-ch
+				m.Ack()
+				n++
+			}
+			done <- n
+		}()
+	}
+	start := time.Now()
+	for range b.N {
+		require.NoError(b, leader.Publisher.Publish(leader.Topic, message.NewMessage(watermill.NewUUID(), payload)))
+	}
+	published := time.Since(start)
+	for range chans {
+		<-done
+	}
+	all := time.Since(start)
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	b.ReportMetric(float64(3*b.N)/all.Seconds(), "deliveries/s")
 }
