@@ -16,12 +16,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-func loadCompose(t *testing.T, env []string) (*types.Project, error) {
+func loadCompose(t *testing.T, env []string, profiles ...string) (*types.Project, error) {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
-		cli.WithWorkingDirectory(root), cli.WithEnv(env), cli.WithName("rindle"))
+		cli.WithWorkingDirectory(root), cli.WithEnv(env), cli.WithName("rindle"), cli.WithProfiles(profiles))
 	require.NoError(t, err)
 	return opts.LoadProject(t.Context())
 }
@@ -132,4 +132,63 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 	require.Equal(t, "true", env("RINDLE_DEMO"), "the stack serves the demo page")
 	require.Equal(t, "true", *jg.Environment["COLLECTOR_OTLP_ENABLED"])
 	require.NotNil(t, rd.Build, "rindled is built from this repository")
+}
+
+// TestComposeScaleProfile checks the "scale" profile: three instances on NATS JetStream with a
+// slot of their own, behind an nginx proxy that balances, pins ?host=, and does not buffer.
+func TestComposeScaleProfile(t *testing.T) {
+	base, err := loadCompose(t, []string{"RINDLE_JWT_SECRET=" + testSecret})
+	require.NoError(t, err)
+	require.NotContains(t, base.ServiceNames(), "nats", "the default stack is one instance")
+	p, err := loadCompose(t, []string{"RINDLE_JWT_SECRET=" + testSecret}, "scale")
+	require.NoError(t, err)
+	names := p.ServiceNames()
+	slices.Sort(names)
+	require.Equal(t, []string{"jaeger", "nats", "otel-collector", "postgres", "proxy", "rindled", "rindled-1", "rindled-2", "rindled-3"}, names)
+
+	known := map[string]bool{}
+	_, err = parse("rindled", nil, func(k string) string { known[k] = true; return "" }, io.Discard, nil)
+	require.NoError(t, err)
+	nats := p.Services["nats"]
+	require.Contains(t, []string(nats.Command), "-js", "JetStream on")
+	require.Contains(t, []string(nats.Command), "-sd", "a store that survives restarts (the CDC stream is file-backed)")
+	require.NotNil(t, nats.HealthCheck)
+
+	nginx, err := os.ReadFile("../../deploy/nginx.conf")
+	require.NoError(t, err)
+	conf := string(nginx)
+	require.Contains(t, conf, "proxy_buffering off;", "a buffering proxy holds tokens back")
+	require.Contains(t, conf, "proxy_read_timeout 1h;")
+	hosts := map[string]bool{}
+	for _, name := range []string{"rindled-1", "rindled-2", "rindled-3"} {
+		svc := p.Services[name]
+		env := func(k string) string {
+			v := svc.Environment[k]
+			require.NotNil(t, v, "%s: %s", name, k)
+			return *v
+		}
+		for k := range svc.Environment {
+			require.True(t, known[k], "rindled does not read %s", k)
+		}
+		u, err := url.Parse(env("RINDLE_BROKER_URL"))
+		require.NoError(t, err)
+		require.Equal(t, "nats", u.Scheme)
+		require.Equal(t, "nats", u.Hostname(), "%s reaches the nats service", name)
+		require.Equal(t, "4222", u.Port())
+		require.Equal(t, "rindle_scale", env("RINDLE_SLOT"), "the scale instances share a slot apart from the single instance's")
+		require.Equal(t, types.ServiceConditionHealthy, svc.DependsOn["nats"].Condition)
+		require.Equal(t, types.ServiceConditionHealthy, svc.DependsOn["postgres"].Condition)
+		require.NotNil(t, svc.HealthCheck)
+		require.Equal(t, "0.0.0.0:8080", env("RINDLE_ADDR"))
+		host := env("RINDLE_HOST_ID")
+		hosts[host] = true
+		// The proxy balances over it, and ?host=<its Rindle-Host> pins to it.
+		require.Contains(t, conf, "server "+name+":8080;")
+		require.Regexp(t, `(?m)^\s*`+host+`\s+`+host+`;`, conf, "the proxy pins ?host=%s", host)
+		require.Equal(t, types.ServiceConditionHealthy, p.Services["proxy"].DependsOn[name].Condition)
+	}
+	require.Len(t, hosts, 3, "host ids are unique")
+	single := p.Services["rindled"].Environment
+	require.Nil(t, single["RINDLE_SLOT"], "the single instance keeps the default slot")
+	require.NotNil(t, p.Services["proxy"].HealthCheck)
 }
