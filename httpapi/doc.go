@@ -21,7 +21,11 @@
 // view holds past from, then the live plane's tail, as one frame sequence that keeps contract
 // S with no gap, no overlap and no split surrogate pair. When no live stream is hosted here,
 // the view is followed to the end instead of a bare absent, so a reader on any instance gets
-// the whole text and its end.
+// the whole text and its end. A tail relayed from another instance falls back to the view when
+// the relay breaks (stale, or its source ends) and when the view shows the stream sealed (its
+// producer died: no end will be relayed); an end served from the view claims the durable
+// length, so a reader that was relayed text never made durable learns where the durable text
+// ends. While a stream is live, the event stream's Rindle-Host header names its instance.
 //
 // It does not own the frames or the SSE encoding (producer), the view (ivm) or the database
 // schema (migrations). A Server starts no goroutines; a Joined is pulled by the one that
