@@ -125,7 +125,7 @@ func connect(cfg Config, role string, extra ...nats.Option) (*nats.Conn, error) 
 	opts := []nats.Option{
 		nats.Name(strings.Trim(cfg.Name+" "+role, " ")),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
