@@ -91,6 +91,9 @@ type Stats struct {
 	Acked      pglogrepl.LSN // the last position reported flushed to the server
 	Reconnects int64
 	Stalled    bool // a publish is failing right now
+	// Leader: this reader holds the slot and is streaming it. A standby (another reader holds
+	// the slot) and a reader between connections are not.
+	Leader bool
 }
 
 // Reader streams the tables' changes from a logical replication slot and publishes them as
@@ -102,7 +105,7 @@ type Reader struct {
 
 	published, events, reconnects atomic.Int64
 	acked                         atomic.Uint64
-	stalled                       atomic.Bool
+	stalled, leader               atomic.Bool
 
 	runner startstop.Runner
 }
@@ -273,6 +276,7 @@ func (r *Reader) Stats() Stats {
 		Events:     r.events.Load(),
 		Acked:      pglogrepl.LSN(r.acked.Load()),
 		Reconnects: r.reconnects.Load(),
+		Leader:     r.leader.Load(),
 		Stalled:    r.stalled.Load(),
 	}
 }
@@ -340,6 +344,8 @@ func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
 		}
 		return false, fmt.Errorf("cdc: start replication on slot %s: %w", r.cfg.Slot, err)
 	}
+	r.leader.Store(true)
+	defer r.leader.Store(false)
 	dec := newDecoder(r.tables)
 	acked := pglogrepl.LSN(r.acked.Load())
 	status := func(ctx context.Context) error {

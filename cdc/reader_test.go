@@ -182,8 +182,12 @@ func TestASecondReaderOnTheSlotWaitsAndTakesOver(t *testing.T) {
 	require.NoError(t, second.Start(ctx))
 	defer second.Stop()
 	require.Eventually(t, func() bool { return second.Stats().Reconnects > 0 }, 10*time.Second, 10*time.Millisecond, "the second reader is refused the held slot")
+	require.True(t, first.Stats().Leader)
+	require.False(t, second.Stats().Leader, "a standby")
 
 	first.Stop()
+	require.False(t, first.Stats().Leader)
+	require.Eventually(t, func() bool { return second.Stats().Leader }, 10*time.Second, 10*time.Millisecond, "the standby takes over")
 	_, err = db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('two')")
 	require.NoError(t, err)
 	// At least once: the standby may re-send what the leader never acknowledged, then "two".

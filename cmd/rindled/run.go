@@ -408,8 +408,14 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 			if err := pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database: %w", err)
 			}
-			if reader.Stats().Stalled {
+			st := reader.Stats()
+			if st.Stalled {
 				return errors.New("cdc: publishing is stalled")
+			}
+			if bus.Kind == "gochannel" && !st.Leader {
+				// In-process, only the slot holder's view hears events: a second instance on the
+				// same slot without a broker would serve a view that never moves.
+				return fmt.Errorf("cdc: not streaming slot %s (held by another process?); several instances need -broker-url, or each its own -slot", s.slot)
 			}
 			return nil
 		},

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 const testSecret = "0123456789abcdef0123456789abcdef"
 
 func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+
+// slotDrops remembers the databases whose slot a cleanup already drops.
+var slotDrops sync.Map //nolint:gochecknoglobals // test bookkeeping
 
 // started is a rindled serving on loopback against a test database.
 type started struct {
@@ -51,14 +55,19 @@ func startRindled(t *testing.T, db *pgtest.DB, args ...string) *started {
 		s.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-slot", db.Slot()}, args...), env, logw, io.Discard)
 		_ = logw.Close()
 	}()
+	if _, registered := slotDrops.LoadOrStore(db.Name, true); !registered {
+		// Registered by the first instance on db, so it runs after every instance stopped: the
+		// slot outlives the servers; drop it (waiting for the walsender to let go) so the test
+		// database can be dropped.
+		t.Cleanup(func() {
+			r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil)})
+			require.NoError(t, err)
+			require.NoError(t, r.DropSlot(context.Background()))
+		})
+	}
 	t.Cleanup(func() {
 		signal()
 		<-s.over
-		// The slot outlives the server; drop it (waiting for the walsender to let go) so the
-		// test database can be dropped.
-		r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil)})
-		require.NoError(t, err)
-		require.NoError(t, r.DropSlot(context.Background()))
 	})
 	lines := bufio.NewScanner(logs)
 	for lines.Scan() {
@@ -94,7 +103,8 @@ func TestServeThenDrainOnSignal(t *testing.T) {
 	require.Equal(t, http.StatusCreated, call("POST", "/v1/messages", `{"id":"m","owner":"alice"}`))
 	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/open", ""))
 	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/append", `{"text":"cut short 😀"}`))
-	require.Equal(t, http.StatusOK, call("GET", "/readyz", ""))
+	require.Eventually(t, func() bool { return call("GET", "/readyz", "") == http.StatusOK }, 10*time.Second, 20*time.Millisecond,
+		"ready once the CDC reader streams the slot")
 	var health bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"health", "-addr", strings.TrimPrefix(base, "http://")}, env, &health, io.Discard))
 	require.Equal(t, "ready\n", health.String(), "the container health check")
@@ -153,4 +163,24 @@ func TestHelpAndRefusals(t *testing.T) {
 	require.ErrorContains(t, err, "RINDLE_JWT_SECRET is required with DATABASE_URL")
 	err = run(t.Context(), []string{"token", "-sub", "a"}, envOf(map[string]string{"RINDLE_JWT_SECRET": "short"}), io.Discard, io.Discard)
 	require.ErrorContains(t, err, "at least 32 bytes")
+}
+
+// TestSecondInstanceWithoutABrokerIsNotReady: in-process, only the slot holder's view hears
+// events, so a second instance on the same slot and no broker says so at /readyz instead of
+// serving a view that never moves.
+func TestSecondInstanceWithoutABrokerIsNotReady(t *testing.T) {
+	db := pgtest.NewDB(t)
+	first := startRindled(t, db)
+	second := startRindled(t, db)
+	get := func(base string) (int, string) {
+		resp, err := http.Get(base + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool { s, _ := get(first.base); return s == http.StatusOK }, 10*time.Second, 20*time.Millisecond)
+	status, body := get(second.base)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Contains(t, body, "several instances need -broker-url")
 }
