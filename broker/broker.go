@@ -47,7 +47,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultTopic          = "rindle_cdc" // also the JetStream stream name, which allows no dots
-	DefaultRetention      = 24 * time.Hour
+	DefaultRetention      = time.Hour
 	DefaultLiveStream     = "rindle_live"
 	DefaultLiveRetention  = 10 * time.Minute
 	DefaultLivePerSubject = 100_000
