@@ -18,12 +18,19 @@ import (
 // The relay carries the frames an instance's producers fan out to readers on other instances,
 // on the same NATS server as the CDC stream: a memory-backed JetStream stream with one subject
 // per live stream, kept DefaultLiveRetention. Publishing is a core NATS publish, which the
-// stream captures: it never blocks (the seam is called under the stream's lock, so
-// watermill's JetStream publisher, which waits for an acknowledgement per message, is not
-// used here). Attaching replays that subject's frames from its first through an ordered
-// consumer and follows it live; the plane's conform pass trims what the reader already holds
-// and turns a gap (frames aged out, a broker restart) into stale, after which the reader reads
-// the durable plane. So a broker outage costs smoothness, never correctness.
+// stream captures: it never blocks. Attaching replays that subject's frames from its first
+// through an ordered consumer and follows it live; the plane's conform pass trims what the
+// reader already holds and turns a gap (frames aged out, a broker restart) into stale, after
+// which the reader reads the durable plane. So a broker outage costs smoothness, never
+// correctness.
+//
+// The relay speaks to NATS through nats.go, the engine's own client, rather than through
+// watermill-nats as the CDC path does, for two reasons found in watermill-nats v2.1.3: its
+// JetStream publisher waits for an acknowledgement per message, and the seam is called under
+// the stream's lock; and its JetStream subscriber closes the output channel before it drains
+// the consumer, so a subscription cancelled while a message is in hand can panic with a send on
+// a closed channel. The CDC subscription lives as long as the process; a relay subscription
+// lives as long as one reader's connection, and readers come and go all the time.
 
 func liveSubject(streamID string) string {
 	return DefaultLiveStream + "." + base64.RawURLEncoding.EncodeToString([]byte(streamID))
