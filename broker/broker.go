@@ -8,10 +8,12 @@
 //   - GoChannel (no URL): one process. Ordered (BlockPublishUntilSubscriberAck), nothing kept,
 //     no relay. It is the single-process default; several instances on one database need a
 //     real broker, since only the instance holding the slot would see events.
-//   - NATS JetStream (a nats:// URL), through watermill-nats. The CDC stream is file-backed and
-//     kept for Config.Retention. Every instance consumes every transaction through its own
-//     ordered consumer that delivers what is published after it subscribes (DeliverNew): a
-//     broadcast, not a work queue. The view subscribes before it reads its snapshot, so
+//   - NATS JetStream (a nats:// URL). The CDC reader publishes through watermill-nats'
+//     JetStream publisher (a publish returns once the server stored it). The stream is
+//     file-backed and kept for Config.Retention. Every instance consumes every transaction
+//     through its own ordered consumer that delivers what is published after it subscribes
+//     (DeliverNew): a broadcast, not a work queue; a nack is delivered again (see
+//     orderedSubscriber for why this is not watermill-nats' subscriber). The view subscribes before it reads its snapshot, so
 //     together they miss nothing (ivm's bootstrap). An ordered consumer recreates itself after
 //     a broker restart at the next stream sequence, so a restart loses nothing that was stored.
 //
@@ -185,19 +187,12 @@ func openNATS(ctx context.Context, cfg Config, wlog watermill.LoggerAdapter) (*B
 	if err != nil {
 		return fail(err)
 	}
-	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
-		Conn: subConn, Logger: wlog, ConfigureStream: configure,
-		// Ordered consumers acknowledge nothing; the ack is a harmless publish.
-		AckAsync: true,
-		ResourceInitializer: func(ctx context.Context, js jetstream.JetStream, topic string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-			c, err := js.OrderedConsumer(ctx, topic, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
-			return c, nil, err
-		},
-	})
+	subJS, err := jetstream.New(subConn)
 	if err != nil {
 		subConn.Close()
 		return fail(err)
 	}
+	sub := &orderedSubscriber{js: subJS, nc: subConn, logger: cfg.Logger, nackDelay: 100 * time.Millisecond, closing: make(chan struct{})}
 	b.closers = append(b.closers, sub.Close)
 	b.Subscriber = sub
 

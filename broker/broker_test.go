@@ -210,3 +210,30 @@ func BenchmarkBroadcastToThreeInstances(b *testing.B) {
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(3*b.N)/all.Seconds(), "deliveries/s")
 }
+
+// TestANackedTransactionIsDeliveredAgainBeforeTheNext: ordered consumers keep no
+// acknowledgements on the server, so the subscriber itself redelivers a nack, in order.
+func TestANackedTransactionIsDeliveredAgainBeforeTheNext(t *testing.T) {
+	ns := natstest.Start(t)
+	b := open(t, ns.URL(), "b")
+	ch := subscribe(t, b)
+	publish(t, b, 0, 10)
+	var got []string
+	nacked := 0
+	for len(got) < 10 {
+		select {
+		case m := <-ch:
+			if string(m.Payload) == "5" && nacked < 2 {
+				nacked++
+				m.Nack() // the view's handler failed (a database outage): not lost
+				continue
+			}
+			got = append(got, string(m.Payload))
+			m.Ack()
+		case <-time.After(15 * time.Second):
+			t.Fatalf("only %v", got)
+		}
+	}
+	require.Equal(t, seq(0, 10), got)
+	require.Equal(t, 2, nacked)
+}
