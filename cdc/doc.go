@@ -29,7 +29,9 @@
 // broker is back.
 //
 // One reader per slot: the slot is the leader lock. A second reader gets ErrSlotInUse
-// (SQLSTATE 55006) and keeps retrying, so it takes over when the leader dies.
+// (SQLSTATE 55006) and retries every StandbyInterval, so it takes over within about that long
+// once the leader's walsender is gone (a killed process's connection closes at once).
+// Stats().Leader tells which one streams.
 //
 //	Start ─▶ Setup ─▶ session ─(error, backoff)─▶ session ─ … ─▶ Stop
 //	          │          │
