@@ -74,6 +74,9 @@ type Config struct {
 	// (the server sends keep-alives) before it treats the connection as dead and reconnects.
 	// Defaults to DefaultServerTimeout.
 	ServerTimeout time.Duration
+	// ApplicationName, if set, names the replication connection in pg_stat_replication, so an
+	// operator sees which instance leads.
+	ApplicationName string
 	// StandbyInterval is how often a reader whose slot another reader holds tries to take it
 	// over: with the leader gone, failover takes at most this long. Defaults to
 	// DefaultStandbyInterval.
@@ -163,6 +166,9 @@ func New(cfg Config) (*Reader, error) {
 		replConf.RuntimeParams = map[string]string{}
 	}
 	replConf.RuntimeParams["replication"] = "database"
+	if cfg.ApplicationName != "" {
+		replConf.RuntimeParams["application_name"] = cfg.ApplicationName
+	}
 	return &Reader{cfg: cfg, replConf: replConf, tables: resolved}, nil
 }
 

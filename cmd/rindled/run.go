@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -260,21 +259,6 @@ func jwtSecret(s *settings) ([]byte, error) {
 	return secret, nil
 }
 
-// withApplicationName sets application_name on a URL or keyword/value connection string.
-func withApplicationName(conn, name string) (string, error) {
-	if strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://") {
-		u, err := neturl.Parse(conn)
-		if err != nil {
-			return "", fmt.Errorf("DATABASE_URL: %w", err)
-		}
-		q := u.Query()
-		q.Set("application_name", name)
-		u.RawQuery = q.Encode()
-		return u.String(), nil
-	}
-	return conn + " application_name='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name) + "'", nil
-}
-
 func version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
@@ -345,11 +329,7 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	defer view.Stop()
 	// Every instance runs a reader; the one holding the slot publishes, the others stand by
 	// (the slot is the leader lock). application_name shows the leader in pg_stat_replication.
-	readerURL, err := withApplicationName(url, "rindled-cdc "+hostID)
-	if err != nil {
-		return err
-	}
-	reader, err := cdc.New(cdc.Config{ConnString: readerURL, Slot: s.slot, Publisher: bus.Publisher, Topic: bus.Topic, Logger: logger})
+	reader, err := cdc.New(cdc.Config{ConnString: url, ApplicationName: "rindled-cdc " + hostID, Slot: s.slot, Publisher: bus.Publisher, Topic: bus.Topic, Logger: logger})
 	if err != nil {
 		return err
 	}
