@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -204,8 +205,8 @@ func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
 	if raw == "" {
 		return def, nil
 	}
-	var v int
-	if _, err := fmt.Sscan(raw, &v); err != nil || fmt.Sprint(v) != raw || v < lo || v > hi {
+	v, err := strconv.Atoi(raw)
+	if err != nil || v < lo || v > hi {
 		return 0, fmt.Errorf("%s %q must be an integer in [%d, %d]", name, raw, lo, hi)
 	}
 	return v, nil
