@@ -143,6 +143,20 @@ func connect(cfg Config, role string, extra ...nats.Option) (*nats.Conn, error) 
 	return nc, nil
 }
 
+// reprovision runs provision after every reconnect (logging the reconnect, which it replaces).
+func reprovision(cfg Config, role string, provision func(context.Context) error) nats.Option {
+	return nats.ReconnectHandler(func(*nats.Conn) {
+		cfg.Logger.Info("broker: reconnected", "role", role)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := provision(ctx); err != nil {
+				cfg.Logger.Warn("broker: re-provisioning after a reconnect", "role", role, "err", err)
+			}
+		}()
+	})
+}
+
 func cdcStream(topic string, retention time.Duration) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name: topic, Subjects: []string{topic}, Storage: jetstream.FileStorage,
@@ -156,23 +170,27 @@ func openNATS(ctx context.Context, cfg Config, wlog watermill.LoggerAdapter) (*B
 		_ = b.Close()
 		return nil, err
 	}
-	admin, err := connect(cfg, "admin")
-	if err != nil {
-		return fail(err)
-	}
-	b.closers = append(b.closers, func() error { admin.Close(); return nil })
-	js, err := jetstream.New(admin)
-	if err != nil {
-		return fail(err)
-	}
 	streamCfg := cdcStream(cfg.Topic, cfg.Retention)
-	if _, err := js.CreateOrUpdateStream(ctx, streamCfg); err != nil {
-		return fail(fmt.Errorf("broker: provision the CDC stream %s: %w", cfg.Topic, err))
-	}
 	configure := func(string) jetstream.StreamConfig { return streamCfg }
-
-	pubConn, err := connect(cfg, "cdc-publisher")
+	// The publisher's connection provisions the stream, and again after every reconnect: a
+	// broker that lost its store (replaced, wiped) would otherwise refuse every publish.
+	var pubJS jetstream.JetStream
+	provision := func(ctx context.Context) error {
+		if _, err := pubJS.CreateOrUpdateStream(ctx, streamCfg); err != nil {
+			return fmt.Errorf("broker: provision the CDC stream %s: %w", cfg.Topic, err)
+		}
+		return nil
+	}
+	pubConn, err := connect(cfg, "cdc-publisher", reprovision(cfg, "cdc-publisher", provision))
 	if err != nil {
+		return fail(err)
+	}
+	if pubJS, err = jetstream.New(pubConn); err != nil {
+		pubConn.Close()
+		return fail(err)
+	}
+	if err := provision(ctx); err != nil {
+		pubConn.Close()
 		return fail(err)
 	}
 	pub, err := wmjs.NewPublisher(wmjs.PublisherConfig{Conn: pubConn, Logger: wlog, ConfigureStream: configure})

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,17 +46,7 @@ func newRelay(ctx context.Context, cfg Config) (*producer.Relay, func() error, e
 	r := &relay{}
 	// A memory stream does not survive a broker restart: provision it again on every reconnect
 	// (and on a lookup that finds it missing), or the relay would stay down for good.
-	reconnected := func(*nats.Conn) {
-		cfg.Logger.Info("broker: reconnected", "role", "relay")
-		go func() {
-			pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := r.provision(pctx); err != nil {
-				cfg.Logger.Warn("broker: re-provisioning the live stream", "err", err)
-			}
-		}()
-	}
-	nc, err := connect(cfg, "relay", nats.ReconnectHandler(reconnected))
+	nc, err := connect(cfg, "relay", reprovision(cfg, "relay", func(ctx context.Context) error { return r.provision(ctx) }))
 	if err != nil {
 		return nil, nil, err
 	}
