@@ -175,10 +175,9 @@ func errNoAccess() error { return huma.Error403Forbidden("you may not read this 
 // readers to the producing instance, or a client that reconnects there.
 const HostHeader = "Rindle-Host"
 
-// access is an authorized read: the claims and where the stream is live, if it is.
+// access is an authorized read: where the stream is live, if it is.
 type access struct {
-	claims *Claims
-	host   string // set while the message is streaming on a known host
+	host string // set while the message is streaming on a known host
 }
 
 // reader authorizes a read of id: the owner must be the token's subject (or the token has the
@@ -196,7 +195,7 @@ func (s *Server) reader(ctx context.Context, header, id string) (*access, error)
 	case err != nil:
 		return nil, huma.Error503ServiceUnavailable("the database is unavailable", err)
 	case c.has(ProducerScope) || (owner != nil && *owner == c.Subject):
-		a := &access{claims: c}
+		a := &access{}
 		if host != nil && status != nil && *status == string(producer.StatusStreaming) {
 			a.host = *host
 		}
