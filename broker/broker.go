@@ -123,7 +123,7 @@ func (b *Broker) Close() error {
 
 // connect dials NATS with reconnects that never give up: a broker outage stalls the CDC reader
 // and the relay, and both resume when it returns.
-func connect(cfg Config, role string, extra ...nats.Option) (*nats.Conn, error) {
+func connect(cfg Config, role string) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(strings.Trim(cfg.Name+" "+role, " ")),
 		nats.MaxReconnects(-1),
@@ -136,16 +136,17 @@ func connect(cfg Config, role string, extra ...nats.Option) (*nats.Conn, error) 
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { cfg.Logger.Info("broker: reconnected", "role", role) }),
 	}
-	nc, err := nats.Connect(cfg.URL, append(opts, extra...)...)
+	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: connect %s (%s): %w", cfg.URL, role, err)
 	}
 	return nc, nil
 }
 
-// reprovision runs provision after every reconnect (logging the reconnect, which it replaces).
-func reprovision(cfg Config, role string, provision func(context.Context) error) nats.Option {
-	return nats.ReconnectHandler(func(*nats.Conn) {
+// reprovisionOnReconnect runs provision after every reconnect of nc (logging the reconnect,
+// which the handler it replaces did). Installed once provision's dependencies exist.
+func reprovisionOnReconnect(nc *nats.Conn, cfg Config, role string, provision func(context.Context) error) {
+	nc.SetReconnectHandler(func(*nats.Conn) {
 		cfg.Logger.Info("broker: reconnected", "role", role)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -174,25 +175,26 @@ func openNATS(ctx context.Context, cfg Config, wlog watermill.LoggerAdapter) (*B
 	configure := func(string) jetstream.StreamConfig { return streamCfg }
 	// The publisher's connection provisions the stream, and again after every reconnect: a
 	// broker that lost its store (replaced, wiped) would otherwise refuse every publish.
-	var pubJS jetstream.JetStream
+	pubConn, err := connect(cfg, "cdc-publisher")
+	if err != nil {
+		return fail(err)
+	}
+	pubJS, err := jetstream.New(pubConn)
+	if err != nil {
+		pubConn.Close()
+		return fail(err)
+	}
 	provision := func(ctx context.Context) error {
 		if _, err := pubJS.CreateOrUpdateStream(ctx, streamCfg); err != nil {
 			return fmt.Errorf("broker: provision the CDC stream %s: %w", cfg.Topic, err)
 		}
 		return nil
 	}
-	pubConn, err := connect(cfg, "cdc-publisher", reprovision(cfg, "cdc-publisher", provision))
-	if err != nil {
-		return fail(err)
-	}
-	if pubJS, err = jetstream.New(pubConn); err != nil {
-		pubConn.Close()
-		return fail(err)
-	}
 	if err := provision(ctx); err != nil {
 		pubConn.Close()
 		return fail(err)
 	}
+	reprovisionOnReconnect(pubConn, cfg, "cdc-publisher", provision)
 	pub, err := wmjs.NewPublisher(wmjs.PublisherConfig{Conn: pubConn, Logger: wlog, ConfigureStream: configure})
 	if err != nil {
 		pubConn.Close()

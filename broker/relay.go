@@ -43,10 +43,7 @@ func liveStreamConfig() jetstream.StreamConfig {
 }
 
 func newRelay(ctx context.Context, cfg Config) (*producer.Relay, func() error, error) {
-	r := &relay{}
-	// A memory stream does not survive a broker restart: provision it again on every reconnect
-	// (and on a lookup that finds it missing), or the relay would stay down for good.
-	nc, err := connect(cfg, "relay", reprovision(cfg, "relay", func(ctx context.Context) error { return r.provision(ctx) }))
+	nc, err := connect(cfg, "relay")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -55,11 +52,14 @@ func newRelay(ctx context.Context, cfg Config) (*producer.Relay, func() error, e
 		nc.Close()
 		return nil, nil, err
 	}
-	r.nc, r.js = nc, js
+	r := &relay{nc: nc, js: js}
 	if err := r.provision(ctx); err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
+	// A memory stream does not survive a broker restart: provision it again on every reconnect
+	// (and on a lookup that finds it missing), or the relay would stay down for good.
+	reprovisionOnReconnect(nc, cfg, "relay", r.provision)
 	return &producer.Relay{Publish: r.publish, Attach: r.attach}, func() error { nc.Close(); return nil }, nil
 }
 
