@@ -25,8 +25,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type world struct {
 	db        *pgtest.DB
 	view      *ivm.View
-	plane     *producer.Plane // hosts the streams
-	elsewhere *producer.Plane // another instance: hosts nothing
+	store     *checkpoint.Store // the durable plane every plane of the test commits to
+	plane     *producer.Plane   // hosts the streams
+	elsewhere *producer.Plane   // another instance: hosts nothing
 }
 
 func allow(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }
@@ -42,11 +43,11 @@ func setup(t testing.TB) *world {
 	reader, err := cdc.New(cdc.Config{ConnString: w.db.URL, Slot: w.db.Slot(), Publisher: broker, StatusInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, reader.Start(t.Context()))
-	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(w.db.Pool), Tables: checkpoint.DefaultTables()})
+	w.store, err = checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(w.db.Pool), Tables: checkpoint.DefaultTables()})
 	require.NoError(t, err)
-	w.plane, err = producer.New(producer.Config{Committer: store, Authorize: allow, CheckpointChars: 24, CheckpointInterval: 10 * time.Millisecond})
+	w.plane, err = producer.New(producer.Config{Committer: w.store, Authorize: allow, CheckpointChars: 24, CheckpointInterval: 10 * time.Millisecond})
 	require.NoError(t, err)
-	w.elsewhere, err = producer.New(producer.Config{Committer: store, Authorize: allow})
+	w.elsewhere, err = producer.New(producer.Config{Committer: w.store, Authorize: allow})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		w.plane.Close()

@@ -20,7 +20,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
@@ -38,9 +37,8 @@ func loadServer(b *testing.B, queue int) (*world, *producer.LiveStream, string, 
 	b.Helper()
 	w := setup(b)
 	if queue > 0 {
-		store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(w.db.Pool), Tables: checkpoint.DefaultTables()})
-		require.NoError(b, err)
-		w.plane, err = producer.New(producer.Config{Committer: store, Authorize: allow, MaxQueuedFrames: queue})
+		var err error
+		w.plane, err = producer.New(producer.Config{Committer: w.store, Authorize: allow, MaxQueuedFrames: queue})
 		require.NoError(b, err)
 		b.Cleanup(w.plane.Close)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
@@ -81,12 +80,11 @@ func (s *hubSource) Close() error { return nil }
 // on w's database: two instances.
 func relayedPlanes(t *testing.T, w *world, h *hub, checkpointChars int) (prod, read *producer.Plane) {
 	t.Helper()
-	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(w.db.Pool), Tables: checkpoint.DefaultTables()})
-	require.NoError(t, err)
-	prod, err = producer.New(producer.Config{Committer: store, Authorize: allow, CheckpointChars: checkpointChars,
+	var err error
+	prod, err = producer.New(producer.Config{Committer: w.store, Authorize: allow, CheckpointChars: checkpointChars,
 		CheckpointInterval: time.Hour, Relay: &producer.Relay{Publish: h.publish}})
 	require.NoError(t, err)
-	read, err = producer.New(producer.Config{Committer: store, Authorize: allow, Relay: &producer.Relay{Attach: h.attach}})
+	read, err = producer.New(producer.Config{Committer: w.store, Authorize: allow, Relay: &producer.Relay{Attach: h.attach}})
 	require.NoError(t, err)
 	t.Cleanup(func() { prod.Close(); read.Close() })
 	return prod, read

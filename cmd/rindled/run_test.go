@@ -30,6 +30,9 @@ const testSecret = "0123456789abcdef0123456789abcdef"
 
 func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 
+// listening finds the address in rindled's "listening" log line.
+var listening = regexp.MustCompile(`url=(http://\S+)`) //nolint:gochecknoglobals // compiled once
+
 // slotDrops remembers the databases whose slot a cleanup already drops.
 var slotDrops sync.Map //nolint:gochecknoglobals // test bookkeeping
 
@@ -71,7 +74,7 @@ func startRindled(t *testing.T, db *pgtest.DB, args ...string) *started {
 	})
 	lines := bufio.NewScanner(logs)
 	for lines.Scan() {
-		if m := regexp.MustCompile(`url=(http://\S+)`).FindStringSubmatch(lines.Text()); m != nil {
+		if m := listening.FindStringSubmatch(lines.Text()); m != nil {
 			s.base = m[1]
 			break
 		}

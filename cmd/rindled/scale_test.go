@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -96,7 +95,7 @@ func (c *cluster) start(name string) *instance {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			_, _ = in.logs.Write(append(sc.Bytes(), '\n'))
-			if m := regexp.MustCompile(`url=(http://\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
 				urls <- m[1]
 			}
 		}
