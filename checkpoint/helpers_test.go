@@ -275,3 +275,22 @@ func (b *bundle) waitHeld(t testing.TB) {
 		t.Fatal("no batch reached the gate within 10s")
 	}
 }
+
+func withHost(id string) func(*setupOpts) {
+	return func(o *setupOpts) { o.hostID = id }
+}
+
+// startLease runs hostID's lease on the bundle's real database (not the fault wrapper) and
+// wires it to the plane as rindled does: the fence suspends, a renewal reclaims.
+func startLease(t testing.TB, b *bundle, hostID string, ttl time.Duration) *checkpoint.Lease {
+	t.Helper()
+	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{
+		DB: checkpoint.PoolDB(b.db.Pool), HostID: hostID, TTL: ttl,
+		OnLostFunc: b.plane.Suspend,
+		OnHeldFunc: func(ctx context.Context) { _ = b.plane.Resume(ctx) },
+	})
+	require.NoError(t, err)
+	require.NoError(t, lease.Start(t.Context()))
+	t.Cleanup(lease.Stop)
+	return lease
+}

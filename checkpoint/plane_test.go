@@ -300,37 +300,6 @@ func TestCompactionRepairsAStalledStream(t *testing.T) {
 	require.Equal(t, "complete", r.status)
 }
 
-func TestFailedCloseIsHonest(t *testing.T) {
-	t.Parallel()
-	b := setup(t, withConfig(func(c *producer.Config) { c.CheckpointRetries = producer.NoRetries }))
-	s := b.open(t, "m1")
-	require.NoError(t, s.Push(strings.Repeat("a", 16)))
-	b.waitCheckpoint(t)
-	require.NoError(t, s.Push("tail"))
-	sub, err := b.plane.Subscribe(t.Context(), producer.SubscribeInput{StreamID: "m1"})
-	require.NoError(t, err)
-	b.fdb.set(func(f *faultDB) { f.down = true })
-	err = s.Close(t.Context())
-	var nd *producer.NotDurableError
-	require.ErrorAs(t, err, &nd)
-	require.Equal(t, producer.Seq(16), nd.DurableSeq)
-	require.Equal(t, producer.Seq(20), nd.Seq)
-	// The reader still gets its end, at what is durable, not at what was produced.
-	got, end := streamtest.Replay(t, "", streamtest.Collect(t, sub))
-	require.Equal(t, strings.Repeat("a", 16)+"tail", got)
-	require.Equal(t, producer.FrameEnd, end.Type)
-	require.Equal(t, producer.Seq(16), end.Seq)
-	b.fdb.set(func(f *faultDB) { f.down = false })
-	r := b.durable(t, "m1")
-	require.Equal(t, "streaming", r.status, "a failed seal leaves the row for the sweeper")
-	require.Equal(t, producer.Seq(16), r.seq)
-	// A second Close answers the same; a flush afterwards fails honestly.
-	require.ErrorIs(t, s.Close(t.Context()), producer.ErrNotDurable)
-	_, err = s.Flush(t.Context())
-	require.ErrorIs(t, err, producer.ErrNotDurable)
-	require.ErrorContains(t, err, "only 16 of 20")
-}
-
 func TestDrainSealsEveryStreamInterrupted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

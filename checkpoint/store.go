@@ -39,18 +39,21 @@ type Config struct {
 // Store is the durable plane on Postgres: a producer.Committer that writes chunk rows at
 // checkpoints and compacts them into the body at close.
 type Store struct {
-	db     DB
-	t      Tables
-	token  string
-	sqlOf  statements
-	hasCan bool
+	db      DB
+	t       Tables
+	token   string
+	sqlOf   statements
+	hasHost bool
 }
 
-var _ producer.WholeBodyCommitter = (*Store)(nil)
+var (
+	_ producer.WholeBodyCommitter = (*Store)(nil)
+	_ producer.Reclaimer          = (*Store)(nil)
+)
 
 // statements is the Store's SQL, built once from the mapping.
 type statements struct {
-	probeOpen, markStreaming, probeHost, insertChunk, casSeq, readState, compactBody, deleteChunks, readSeal string
+	probeOpen, markStreaming, insertChunk, casSeq, readRow, reclaimRow, compactBody, deleteChunks string
 }
 
 // New validates cfg and returns a Store.
@@ -71,47 +74,67 @@ func New(cfg Config) (*Store, error) {
 		token = "open-" + rand.Text()
 	}
 	msg := q(t.Message)
-	traceCol, traceVal := "", ""
-	if c.ChunkTraceparent != "" {
-		traceCol, traceVal = ", "+q(c.ChunkTraceparent), ", $6"
+	// owned is the fencing guard every write of a live stream carries: the row is still
+	// streaming, and (with a host column) still this host's. The status half is a departure
+	// from DESIGN §5's SQL that fences a zombie producer (its lease lapsed, the sweeper sealed
+	// its row) out of a sealed row; the host half fences it out of a row that was sealed at 0
+	// and opened again by another host.
+	owned := func(hostArg int) string {
+		g := fmt.Sprintf("%s = 'streaming'", q(c.Status))
+		if c.Host != "" {
+			g += fmt.Sprintf(" AND %s = $%d", q(c.Host), hostArg)
+		}
+		return g
 	}
+	traceCol, traceVal, hostArg := "", "", 6
+	if c.ChunkTraceparent != "" {
+		traceCol, traceVal, hostArg = ", "+q(c.ChunkTraceparent), ", $6", 7
+	}
+	hostCol, cancelCol, errorCol := "NULL::text", "false", "NULL::text"
+	if c.Host != "" {
+		hostCol = q(c.Host)
+	}
+	if c.Cancel != "" {
+		cancelCol = fmt.Sprintf("COALESCE((%s)::boolean, false)", q(c.Cancel))
+	}
+	if c.Error != "" {
+		errorCol = q(c.Error)
+	}
+	row := fmt.Sprintf("SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), hostCol, cancelCol, errorCol, msg, q(c.Key))
 	s := statements{
 		probeOpen: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), msg, q(c.Key)),
 		// Both checkpoint statements are guarded by the same predicate. seq = from: the CAS refuses
 		// to apply twice or out of order, and the guarded insert makes a stale re-cover a no-op
-		// (an unguarded one would land an overlapping chunk under another id). status =
-		// 'streaming': a departure from DESIGN §5's SQL, which fences a zombie producer (its
-		// lease lapsed, the sweeper sealed its row) out of a sealed row. ON CONFLICT is the belt
-		// under those braces.
-		insertChunk: fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s%s) SELECT $1, $2, $3, $4%s WHERE EXISTS (SELECT 1 FROM %s WHERE %s = $2 AND %s = $5 AND %s = 'streaming') ON CONFLICT DO NOTHING",
-			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), traceCol, traceVal, msg, q(c.Key), q(c.Seq), q(c.Status)),
-		casSeq: fmt.Sprintf("UPDATE %s SET %s = $1 WHERE %s = $2 AND %s = $3 AND %s = 'streaming'", msg, q(c.Seq), q(c.Key), q(c.Seq), q(c.Status)),
+		// (an unguarded one would land an overlapping chunk under another id). ON CONFLICT is
+		// the belt under those braces.
+		insertChunk: fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s%s) SELECT $1, $2, $3, $4%s WHERE EXISTS (SELECT 1 FROM %s WHERE %s = $2 AND %s = $5 AND %s) ON CONFLICT DO NOTHING",
+			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), traceCol, traceVal, msg, q(c.Key), q(c.Seq), owned(hostArg)),
+		casSeq: fmt.Sprintf("UPDATE %s SET %s = $1 WHERE %s = $2 AND %s = $3 AND %s", msg, q(c.Seq), q(c.Key), q(c.Seq), owned(4)),
 		// The chunks go only if this compaction's own update landed: a fenced compaction must not
 		// delete chunks it did not fold into the body.
 		deleteChunks: fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND EXISTS (SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 AND %s = $3)",
 			q(t.Chunks), q(c.ChunkStream), msg, q(c.Key), q(c.Status), q(c.Seq)),
-		readSeal: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", q(c.Status), q(c.Seq), msg, q(c.Key)),
+		// The read-back of every write: length, status, holder, cancel flag and error message in
+		// one indexed point read.
+		readRow: row,
+		// Reclaim's read waits for a writer that holds the row (a sweep in flight) instead of
+		// reading the version from before it.
+		reclaimRow: row + " FOR SHARE",
 	}
 	if c.Host != "" {
 		// The CAS half of the single-flight guard: claim the row only if no producer holds it.
 		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming', %s = $1 WHERE %s = $2 AND %s <> 'streaming'", msg, q(c.Status), q(c.Host), q(c.Key), q(c.Status))
-		s.probeHost = fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", q(c.Host), msg, q(c.Key))
 	} else {
 		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming' WHERE %s = $1", msg, q(c.Status), q(c.Key))
 	}
-	if c.Cancel != "" {
-		s.readState = fmt.Sprintf("SELECT %s, %s, COALESCE((%s)::boolean, false) FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), q(c.Cancel), msg, q(c.Key))
-	} else {
-		s.readState = fmt.Sprintf("SELECT %s, %s, false FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), msg, q(c.Key))
-	}
-	// Compaction seals only a row that is still streaming; its read-back (readSeal) tells a
-	// retried seal whose first reply was lost (the row already holds this seal) from a fence.
+	// Compaction seals only a row this host still holds; its read-back tells a retried seal
+	// whose first reply was lost (the row already holds this seal) from a fence.
 	if c.Error != "" {
-		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3, %s = $4 WHERE %s = $5 AND %s = 'streaming'", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Error), q(c.Key), q(c.Status))
+		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3, %s = $4 WHERE %s = $5 AND %s", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Error), q(c.Key), owned(6))
 	} else {
-		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3 WHERE %s = $4 AND %s = 'streaming'", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Key), q(c.Status))
+		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3 WHERE %s = $4 AND %s", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Key), owned(5))
 	}
-	return &Store{db: cfg.DB, t: t, token: token, sqlOf: s, hasCan: c.Cancel != ""}, nil
+	return &Store{db: cfg.DB, t: t, token: token, sqlOf: s, hasHost: c.Host != ""}, nil
 }
 
 // HostID is the token this store writes to the host column at open ("" without one).
@@ -151,105 +174,151 @@ func (s *Store) CheckOpenable(ctx context.Context, streamID string) error {
 }
 
 // Open marks the row streaming. With a host column it is a compare-and-swap: the conditional
-// write claims the row only if nobody holds it, and the read-back of the host names the winner.
-// A replayed open (its reply lost) reads back its own token and proceeds.
+// write claims the row only if nobody holds it, and the read-back names the winner. The
+// read-back runs whether or not the write's reply arrived, so an open whose reply was lost
+// reads its own claim back and proceeds; a replayed open does the same.
 func (s *Store) Open(ctx context.Context, in producer.OpenInput) error {
-	if s.sqlOf.probeHost == "" {
-		return s.db.Batch(ctx, Statement{SQL: s.sqlOf.markStreaming, Args: []any{in.StreamID}})
-	}
-	if err := s.db.Batch(ctx, Statement{SQL: s.sqlOf.markStreaming, Args: []any{s.token, in.StreamID}}); err != nil {
-		return fmt.Errorf("stream %s: open: %w", in.StreamID, err)
-	}
-	var host *string
-	if err := s.db.QueryRow(ctx, s.sqlOf.probeHost, []any{in.StreamID}, &host); err != nil {
-		return fmt.Errorf("stream %s: open read-back: %w", in.StreamID, err)
-	}
-	if host == nil || *host != s.token {
-		winner := "NULL"
-		if host != nil {
-			winner = fmt.Sprintf("%q", *host)
+	if !s.hasHost {
+		if err := s.db.Batch(ctx, Statement{SQL: s.sqlOf.markStreaming, Args: []any{in.StreamID}}); err != nil {
+			return fmt.Errorf("stream %s: open: %w", in.StreamID, err)
 		}
-		return refused(in.StreamID, "another producer won the open race (the row's host is %s); two producers on one stream would interleave their checkpoints, so this one stands down", winner)
+		return nil
 	}
-	return nil
+	werr := s.db.Batch(ctx, Statement{SQL: s.sqlOf.markStreaming, Args: []any{s.token, in.StreamID}})
+	r, err := s.row(ctx, in.StreamID, false)
+	switch {
+	case err != nil && werr != nil:
+		return fmt.Errorf("stream %s: open: %w (read-back: %w)", in.StreamID, werr, err)
+	case err != nil:
+		return fmt.Errorf("stream %s: open read-back: %w", in.StreamID, err)
+	case r.ours(s.token):
+		return nil
+	case werr != nil:
+		return fmt.Errorf("stream %s: open: %w", in.StreamID, werr)
+	}
+	winner := "NULL"
+	if r.host != nil {
+		winner = fmt.Sprintf("%q", *r.host)
+	}
+	return refused(in.StreamID, "another producer won the open race (the row's host is %s); two producers on one stream would interleave their checkpoints, so this one stands down", winner)
 }
 
 // Append inserts the slice and advances the length in one transaction, then reads the row back:
 // the read-back alone decides what is durable. If the transaction's reply is lost, the read-back
-// still tells whether it committed.
+// still tells whether it committed. A row sealed by another writer is a *producer.FencedError
+// carrying what it holds.
 func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.AppendResult, error) {
 	args := []any{ChunkID(in.StreamID, in.Seq), in.StreamID, int64(in.Seq), in.Text, int64(in.From)}
 	if s.t.Columns.ChunkTraceparent != "" {
 		args = append(args, traceparent(ctx))
 	}
-	err := s.db.Batch(ctx,
+	casArgs := []any{int64(in.Seq), in.StreamID, int64(in.From)}
+	if s.hasHost {
+		args = append(args, s.token)
+		casArgs = append(casArgs, s.token)
+	}
+	werr := s.db.Batch(ctx,
 		Statement{SQL: s.sqlOf.insertChunk, Args: args},
-		Statement{SQL: s.sqlOf.casSeq, Args: []any{int64(in.Seq), in.StreamID, int64(in.From)}},
+		Statement{SQL: s.sqlOf.casSeq, Args: casArgs},
 	)
-	if err != nil {
-		// The batch may have committed with only its reply lost: a row at or past this slice's
-		// end means it landed.
-		if st, rerr := s.readState(ctx, in.StreamID); (rerr == nil || errors.Is(rerr, producer.ErrFenced)) && st.Durable >= in.Seq {
-			return st, nil
-		}
-		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: %w", in.StreamID, in.From, in.Seq, err)
-	}
-	st, err := s.readState(ctx, in.StreamID)
-	if errors.Is(err, producer.ErrFenced) && st.Durable >= in.Seq {
-		return st, nil // it landed before the row was sealed; the next append learns of the fence
-	}
-	if err != nil {
+	r, err := s.row(ctx, in.StreamID, false)
+	switch {
+	case err != nil && werr != nil:
+		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: %w (read-back: %w)", in.StreamID, in.From, in.Seq, werr, err)
+	case err != nil:
 		// Load-bearing: claiming durability the store did not confirm is the one dishonesty this
 		// plane refuses. The retry is safe: a replayed slice no-ops on the guard and confirms on
 		// its own read-back.
 		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: read-back: %w", in.StreamID, in.From, in.Seq, err)
+	case !r.ours(s.token):
+		return r.result(), r.fence(in.StreamID)
+	case werr != nil && r.seq < int64(in.Seq):
+		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: %w", in.StreamID, in.From, in.Seq, werr)
 	}
-	return st, nil
+	// Committed (its reply lost or not), or a stale slice the guard refused: the row's length
+	// says which, and the plane re-covers from it.
+	return r.result(), nil
 }
 
 // DurableSeq reads the row's authoritative length.
 func (s *Store) DurableSeq(ctx context.Context, streamID string) (producer.Seq, error) {
-	st, err := s.readState(ctx, streamID)
-	if err != nil && !errors.Is(err, producer.ErrFenced) {
+	r, err := s.row(ctx, streamID, false)
+	if err != nil {
 		return 0, fmt.Errorf("stream %s: read durable length: %w", streamID, err)
 	}
-	return st.Durable, nil
+	return producer.Seq(r.seq), nil
 }
 
-// readState is the post-append read-back: the length, and the cancel flag when one is mapped,
-// in one indexed point read.
-func (s *Store) readState(ctx context.Context, streamID string) (producer.AppendResult, error) {
-	var seq *int64
-	var status *string
-	var cancel bool
-	err := s.db.QueryRow(ctx, s.sqlOf.readState, []any{streamID}, &seq, &status, &cancel)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return producer.AppendResult{}, fmt.Errorf("no message row %q in %q", streamID, s.t.Message)
-	}
+// Reclaim tells whether this host still holds a live stream after its lease was lost and held
+// again: nil when the row is streaming under this host's token, a *producer.FencedError with
+// what it holds otherwise. Its read waits for a sweep that holds the row, so a seal committing
+// just after the lease came back is seen, not read around.
+func (s *Store) Reclaim(ctx context.Context, streamID string) error {
+	r, err := s.row(ctx, streamID, true)
 	if err != nil {
-		return producer.AppendResult{}, err
+		return fmt.Errorf("stream %s: reclaim: %w", streamID, err)
 	}
-	if seq == nil {
-		return producer.AppendResult{}, fmt.Errorf("message row %q has a NULL %q", streamID, s.t.Columns.Seq)
-	}
-	return producer.AppendResult{Durable: producer.Seq(*seq), ReadBack: true, CancelRequested: cancel}, fenced(streamID, status)
-}
-
-// fenced returns an error wrapping producer.ErrFenced unless the row is still streaming.
-func fenced(streamID string, status *string) error {
-	if status != nil && *status == string(producer.StatusStreaming) {
+	if r.ours(s.token) {
 		return nil
 	}
-	st := "NULL"
-	if status != nil {
-		st = *status
+	return r.fence(streamID)
+}
+
+// rowState is one read of a message row.
+type rowState struct {
+	seq    int64
+	status string
+	host   *string
+	cancel bool
+	err    *string
+}
+
+func (r rowState) ours(token string) bool {
+	return r.status == string(producer.StatusStreaming) && (r.host == nil && token == "" || r.host != nil && *r.host == token)
+}
+
+func (r rowState) result() producer.AppendResult {
+	return producer.AppendResult{Durable: producer.Seq(r.seq), ReadBack: true, CancelRequested: r.cancel}
+}
+
+func (r rowState) fence(streamID string) *producer.FencedError {
+	fe := &producer.FencedError{StreamID: streamID, Status: producer.Status(r.status), Seq: producer.Seq(r.seq)}
+	if r.err != nil {
+		fe.Message = *r.err
 	}
-	return fmt.Errorf("stream %s: the row is %s: %w", streamID, st, producer.ErrFenced)
+	return fe
+}
+
+// row reads a message row back (lock: FOR SHARE, waiting out a writer that holds it).
+func (s *Store) row(ctx context.Context, streamID string, lock bool) (rowState, error) {
+	sql := s.sqlOf.readRow
+	if lock {
+		sql = s.sqlOf.reclaimRow
+	}
+	var seq *int64
+	var status *string
+	var r rowState
+	err := s.db.QueryRow(ctx, sql, []any{streamID}, &seq, &status, &r.host, &r.cancel, &r.err)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return r, fmt.Errorf("no message row %q in %q", streamID, s.t.Message)
+	case err != nil:
+		return r, err
+	case seq == nil:
+		return r, fmt.Errorf("message row %q has a NULL %q", streamID, s.t.Columns.Seq)
+	}
+	r.seq = *seq
+	if status != nil {
+		r.status = *status
+	}
+	return r, nil
 }
 
 // Close is compaction: the whole body, its length, the status (and error, when mapped) in the
 // message row, and every chunk row deleted, in one transaction. Whatever the chunks did or did
-// not capture, the body ends up right, so it also repairs failed checkpoints.
+// not capture, the body ends up right, so it also repairs failed checkpoints. The read-back
+// decides, whether or not the write's reply arrived: the row holding this seal is success, a
+// row still this host's and streaming is a failure to retry, anything else is a fence.
 func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 	if in.BodyFrom != 0 {
 		return fmt.Errorf("stream %s: close: the body starts at %d, but compaction needs the whole text", in.StreamID, in.BodyFrom)
@@ -267,22 +336,27 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 		args = append(args, e)
 	}
 	args = append(args, in.StreamID)
-	if err := s.db.Batch(ctx,
+	if s.hasHost {
+		args = append(args, s.token)
+	}
+	werr := s.db.Batch(ctx,
 		Statement{SQL: s.sqlOf.compactBody, Args: args},
 		Statement{SQL: s.sqlOf.deleteChunks, Args: []any{in.StreamID, string(in.Status), int64(n)}},
-	); err != nil {
-		return fmt.Errorf("stream %s: close %s at %d: %w", in.StreamID, in.Status, in.Seq, err)
-	}
-	// The guarded update reports no row count: the row itself says whether this seal holds.
-	var status string
-	var seq int64
-	if err := s.db.QueryRow(ctx, s.sqlOf.readSeal, []any{in.StreamID}, &status, &seq); err != nil {
+	)
+	r, err := s.row(ctx, in.StreamID, false)
+	switch {
+	case err != nil && werr != nil:
+		return fmt.Errorf("stream %s: close %s at %d: %w (read-back: %w)", in.StreamID, in.Status, in.Seq, werr, err)
+	case err != nil:
 		return fmt.Errorf("stream %s: close %s at %d: read-back: %w", in.StreamID, in.Status, in.Seq, err)
+	case r.status == string(in.Status) && r.seq == int64(n):
+		return nil
+	case r.ours(s.token) && werr != nil:
+		return fmt.Errorf("stream %s: close %s at %d: %w", in.StreamID, in.Status, in.Seq, werr)
+	case r.ours(s.token):
+		return fmt.Errorf("stream %s: close %s at %d: the row is still streaming at %d", in.StreamID, in.Status, in.Seq, r.seq)
 	}
-	if status != string(in.Status) || producer.Seq(seq) != n {
-		return fmt.Errorf("stream %s: close %s at %d: the row holds %s at %d: %w", in.StreamID, in.Status, in.Seq, status, seq, producer.ErrFenced)
-	}
-	return nil
+	return r.fence(in.StreamID)
 }
 
 // traceparent formats the W3C traceparent of ctx's span, or NULL without one.

@@ -18,7 +18,10 @@ type Committer interface {
 	CheckOpenable(ctx context.Context, streamID string) error
 
 	// Open marks the stream live. It returns an *OpenRefusedError when a rival producer won the
-	// row; the plane does not retry that.
+	// row; the plane does not retry that. An error whose reply may have been lost should be
+	// settled by reading the row back, as Append does: when the outcome stays unknown, the
+	// plane releases the stream with an interrupted Close at 0 (which must then be a no-op on a
+	// row this producer never opened).
 	Open(ctx context.Context, in OpenInput) error
 
 	// Append makes [From, Seq) durable, given that [0, From) already is. It reports what the
@@ -27,7 +30,8 @@ type Committer interface {
 	Append(ctx context.Context, in AppendInput) (AppendResult, error)
 
 	// Close seals the stream with its whole produced text (Body from BodyFrom). After it returns
-	// nil, the store holds exactly Seq units and the status.
+	// nil, the store holds exactly Seq units and the status. A *FencedError says another writer
+	// sealed the row first; any other error is retried by the plane until the seal commits.
 	Close(ctx context.Context, in CloseInput) error
 
 	// DurableSeq reads the store's authoritative durable length, used to resynchronize after a
@@ -41,6 +45,18 @@ type Committer interface {
 type WholeBodyCommitter interface {
 	Committer
 	NeedsWholeBody()
+}
+
+// Reclaimer is implemented by a Committer that can tell whether this host still holds a stream
+// (checkpoint.Store: the row is streaming under this host's token). Plane.Resume asks it for
+// every suspended stream after the host's lease is held again; without it, Resume takes the
+// streams back on trust.
+type Reclaimer interface {
+	// Reclaim returns nil when the stream is still this host's, a *FencedError when another
+	// writer sealed it, and any other error when it cannot tell (the stream stays suspended).
+	// It must wait for a concurrent writer that holds the row (a sweep in flight) rather than
+	// read around it.
+	Reclaim(ctx context.Context, streamID string) error
 }
 
 // OpenInput is what Committer.Open receives.

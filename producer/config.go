@@ -17,6 +17,7 @@ const (
 	DefaultLinger             = 30 * time.Second
 	DefaultMaxQueuedFrames    = 1024
 	DefaultRelayAttachTimeout = 2 * time.Second
+	DefaultRelayQueue         = 8192
 )
 
 // NoRetries is the CheckpointRetries value that turns retries off (zero means the default).
@@ -114,6 +115,11 @@ type Config struct {
 	// RelayAttachTimeout bounds Relay.Attach: a hung adapter yields absent, not a hung request.
 	// Defaults to DefaultRelayAttachTimeout; refused without a Relay.
 	RelayAttachTimeout time.Duration
+
+	// RelayQueue is how many frames may wait for Relay.Publish. Past it, frames are dropped
+	// rather than stall a producer on a sick broker; relayed readers then see a hole, go stale,
+	// and follow the durable view. Defaults to DefaultRelayQueue; refused without a Relay.
+	RelayQueue int
 
 	// OnCheckpointFunc, if set, observes every confirmed checkpoint (metrics, traces). It runs in
 	// the stream's checkpoint goroutine and must not block.
@@ -222,6 +228,9 @@ func (c *Config) withDefaults() (Config, error) {
 		if out.OnRelayErrorFunc != nil {
 			return out, &ConfigError{"OnRelayErrorFunc", "does nothing without a Relay"}
 		}
+		if out.RelayQueue != 0 {
+			return out, &ConfigError{"RelayQueue", "does nothing without a Relay"}
+		}
 	} else {
 		if out.Relay.Publish == nil && out.Relay.Attach == nil {
 			return out, &ConfigError{"Relay", "implements neither Publish nor Attach: which topology is this?"}
@@ -230,6 +239,10 @@ func (c *Config) withDefaults() (Config, error) {
 			return out, err
 		}
 		out.RelayAttachTimeout = time.Duration(v)
+		if v, err = positive("RelayQueue", int64(out.RelayQueue), DefaultRelayQueue); err != nil {
+			return out, err
+		}
+		out.RelayQueue = int(v)
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

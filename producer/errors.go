@@ -20,9 +20,32 @@ var (
 	ErrNotDurable = errors.New("produced text is not durable")
 	// ErrFenced: the store no longer accepts this producer's writes, because someone else
 	// sealed the stream (the sweeper, after this host's lease lapsed). A verdict: the plane
-	// does not retry it, and the stream's text stays as the other writer sealed it.
+	// does not retry it, the stream ends at once with what the row holds (see FencedError), and
+	// its text stays as the other writer sealed it.
 	ErrFenced = errors.New("stream sealed by another writer")
+	// ErrSuspended: this host cannot prove that it still holds its streams (its lease could not
+	// be renewed in time), so it refuses new pushes and opens rather than claim them. Temporary:
+	// once the lease is held again and the store confirms the stream is still this host's,
+	// pushes are taken again; if another host sealed it meanwhile, the stream ends fenced.
+	ErrSuspended = errors.New("this host cannot confirm it still holds the stream")
 )
+
+// FencedError is ErrFenced with what the store holds: the status and length another writer
+// sealed the row with. A stream that meets it ends at once, and its readers' end frame carries
+// exactly these.
+type FencedError struct {
+	StreamID string
+	Status   Status
+	Seq      Seq
+	Message  string // the row's error message, when it has one
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("stream %s: sealed by another writer: the row is %s at %d", e.StreamID, e.Status, e.Seq)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // OpenRefusedError is a settled verdict about the app's data: the message row is missing, its
 // length column is NULL or already advanced, another producer holds it, or the stream is already

@@ -2,10 +2,12 @@ package producer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -30,8 +32,22 @@ type LiveStream struct {
 	subs       []*subscriber
 	sealing    *sealRequest
 	sealDone   chan struct{} // closed once ended
+	sealTry    chan struct{} // closed, and replaced, after each seal attempt that failed
+	sealRetry  Timer         // the next seal attempt, after a failed one
 	sealErr    error
+	endFrame   Frame // the terminal every reader gets, once ended
 	waiters    []*flushWaiter
+
+	// Lease state. opened: the committer's Open succeeded, so the stream is this host's to
+	// suspend and reclaim. suspended: the host cannot prove it still holds the stream; pushes are
+	// refused until Plane.Resume reclaims it (suspendGen names the Suspend it belongs to).
+	// fence: another writer sealed the row. releasing: the open's outcome was unknown, and the
+	// stream exists only to seal the row interrupted at 0 (see Plane.Open).
+	opened     bool
+	suspended  error
+	suspendGen uint64
+	fence      *FencedError
+	releasing  atomic.Bool
 
 	// Checkpoint driving (one drain goroutine at a time).
 	draining bool
@@ -93,8 +109,14 @@ func (s *LiveStream) Push(text string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fence != nil {
+		return fmt.Errorf("push: %w", s.fence)
+	}
 	if s.sealing != nil || s.ended || s.detached {
 		return fmt.Errorf("stream %s: push: %w", s.id, ErrClosed)
+	}
+	if s.suspended != nil {
+		return fmt.Errorf("stream %s: push refused: %w: %w", s.id, ErrSuspended, s.suspended)
 	}
 	if text == "" {
 		return nil
@@ -125,8 +147,12 @@ func (s *LiveStream) Flush(ctx context.Context) (Seq, error) {
 		return d, nil
 	}
 	if s.ended || s.detached {
-		// After a failed seal the shortfall is permanent: nothing will retry it.
-		err := &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: ErrClosed}
+		// Fenced or torn down: the shortfall is permanent, nothing will write it.
+		cause := ErrClosed
+		if s.fence != nil {
+			cause = s.fence
+		}
+		err := &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: cause}
 		s.mu.Unlock()
 		return 0, err
 	}
@@ -172,9 +198,14 @@ func (s *LiveStream) Pump(ctx context.Context, deltas iter.Seq2[string, error]) 
 
 // Close seals the stream: cancelled if a reader asked it to stop, else complete. With a
 // compacting committer this writes the whole body and drops the chunk rows in one transaction,
-// so it also repairs any checkpoint that failed along the way. Readers always get their end
-// frame; if the seal could not commit, Close returns a *NotDurableError and the end frame
-// carries only what was durable. A second Close returns the first one's result.
+// so it also repairs any checkpoint that failed along the way.
+//
+// Readers get their end frame once the seal has committed, never before: it says what the
+// store holds. A seal that fails is retried by this host every CheckpointInterval until it
+// commits (or the plane is closed, and another host's sweeper takes over): Close then returns
+// a *NotDurableError for that attempt while the stream stays sealing, and a later Close waits
+// for the next attempt. A stream that another writer sealed (the sweeper, after this host's
+// lease lapsed) returns its *FencedError.
 func (s *LiveStream) Close(ctx context.Context) error {
 	s.mu.Lock()
 	status := StatusComplete
@@ -201,20 +232,26 @@ func (s *LiveStream) seal(ctx context.Context, status Status, errMsg string) err
 			s.mu.Unlock()
 			return fmt.Errorf("stream %s: seal: %w", s.id, ErrClosed)
 		}
-		s.sealing = &sealRequest{status: status, err: errMsg}
-		s.disarmLocked()
-		s.kickLocked(true)
+		s.startSealLocked(status, errMsg)
 	}
-	done := s.sealDone
+	done, try := s.sealDone, s.sealTry
 	s.mu.Unlock()
 	select {
 	case <-done:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.sealErr
+	case <-try:
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sealErr
+}
+
+func (s *LiveStream) startSealLocked(status Status, errMsg string) {
+	s.sealing = &sealRequest{status: status, err: errMsg}
+	s.sealTry = make(chan struct{})
+	s.disarmLocked()
+	s.kickLocked(true)
 }
 
 // ---- checkpoint driving
@@ -264,12 +301,17 @@ func (s *LiveStream) drain() {
 	defer s.mu.Unlock()
 	s.stalled = false
 	for {
+		if s.ended {
+			break // fenced by another writer
+		}
 		// A seal goes straight to compaction: it writes the whole body, so committing the tail
 		// as one more chunk first would be waste, and the seal repairs any failed slice anyway.
 		// It runs even after the plane detached (its commit then fails at once), so a Close
 		// waiting on it always gets an answer.
 		if s.sealing != nil {
-			s.commitSealLocked()
+			if s.sealRetry == nil {
+				s.commitSealLocked()
+			}
 			break
 		}
 		if s.detached {
@@ -301,7 +343,7 @@ func (s *LiveStream) drain() {
 	}
 	switch {
 	case s.sealing != nil:
-		s.kickLocked(false)
+		// A failed seal waits for its retry timer.
 	case s.stalled:
 		s.armLocked()
 	case s.seq-s.durableSeq >= Seq(s.p.cfg.CheckpointChars):
@@ -332,6 +374,15 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 	settled(err)
 	var truth Seq
 	var truthErr error
+	var fence *FencedError
+	if errors.As(err, &fence) {
+		s.mu.Lock()
+		s.fenceLocked(fence)
+		s.mu.Unlock()
+		s.p.reportFence(fence)
+		s.mu.Lock()
+		return true
+	}
 	if err != nil {
 		// The store may hold more than we believe: an append that committed while its reply was
 		// lost somewhere in the retry chain. Adopting its word keeps the next slice contiguous.
@@ -425,28 +476,93 @@ func (s *LiveStream) commitSealLocked() {
 	settled(err)
 	now := s.p.cfg.Clock.Now()
 	info := CheckpointInfo{StreamID: s.id, From: from, Seq: in.Seq, Seal: true, Duration: now.Sub(start)}
-	if err != nil {
+	var fence *FencedError
+	switch {
+	case errors.As(err, &fence):
+		s.p.reportFence(fence)
+	case err != nil:
 		s.p.reportCheckpointError(err, info)
-	} else if f := s.p.cfg.OnCheckpointFunc; f != nil {
-		if !pendingAt.IsZero() {
-			info.Lag = now.Sub(pendingAt)
+	default:
+		if f := s.p.cfg.OnCheckpointFunc; f != nil {
+			if !pendingAt.IsZero() {
+				info.Lag = now.Sub(pendingAt)
+			}
+			f(info)
 		}
-		f(info)
 	}
 	s.mu.Lock()
 
-	if err == nil {
+	switch {
+	case s.ended:
+		// Fenced meanwhile.
+	case err == nil:
 		s.durableSeq = s.seq
-	} else {
-		s.sealErr = &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: err}
+		s.endLocked(Frame{Type: FrameEnd, Seq: s.seq, Status: seal.status, Error: seal.err}, nil)
+	case fence != nil:
+		s.fenceLocked(fence)
+	case s.detached:
+		// The plane is gone: nothing will retry. The row stays streaming until this host's lease
+		// lapses and another host's sweeper seals it; readers were detached without an end.
+		s.endLocked(Frame{Type: FrameStale, FloorSeq: s.buf.from, DurableSeq: s.durableSeq},
+			&NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: errors.Join(err, ErrClosed)})
+	default:
+		// Not sealed, and not fenced: the row is still this host's and streaming. Tell whoever
+		// waits on this attempt, then try again after the interval, for as long as it takes.
+		nd := &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: err}
+		s.sealErr = nd
+		s.rejectWaitersLocked(math.MaxInt64, nd)
+		close(s.sealTry)
+		s.sealTry = make(chan struct{})
+		s.sealRetry = s.p.cfg.Clock.AfterFunc(s.p.cfg.CheckpointInterval, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.sealRetry = nil
+			if !s.ended {
+				s.kickLocked(true)
+			}
+		})
 	}
+}
+
+// fenceLocked ends the stream with what another writer sealed the row with. Nothing more is
+// taken or written; readers' end frame carries the row's status and length (absent when the
+// row is not sealed at all: an open that never landed).
+func (s *LiveStream) fenceLocked(fe *FencedError) {
+	if s.ended {
+		return
+	}
+	s.fence = fe
+	if fe.Seq > s.durableSeq && fe.Seq <= s.seq {
+		// The other writer sealed what this host had committed: body ++ its chunks.
+		s.durableSeq = fe.Seq
+	}
+	end := Frame{Type: FrameEnd, Seq: fe.Seq, Status: fe.Status, Error: fe.Message}
+	if !fe.Status.Terminal() {
+		end = Frame{Type: FrameAbsent}
+	}
+	s.endLocked(end, fe)
+}
+
+// endLocked is the one place a stream ends: the terminal frame to every reader (and the relay),
+// the outcome to every Close and Flush, and the linger before eviction.
+func (s *LiveStream) endLocked(end Frame, err error) {
 	s.ended = true
+	s.sealErr = err
+	s.endFrame = end
 	s.disarmLocked()
-	s.rejectWaitersLocked(math.MaxInt64, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: err})
+	if s.sealRetry != nil {
+		s.sealRetry.Stop()
+		s.sealRetry = nil
+	}
+	if err != nil {
+		s.rejectWaitersLocked(math.MaxInt64, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: err})
+	}
 	s.resolveWaitersLocked()
-	end := Frame{Type: FrameEnd, Seq: s.durableSeq, Status: seal.status, Error: seal.err}
-	// The terminal reaches the relay too; locally it bypasses the queue cap, being the last frame.
-	s.p.publishRelay(s.id, end)
+	if end.Type == FrameEnd && !s.releasing.Load() {
+		// The terminal reaches the relay too; locally it bypasses the queue cap, being the last
+		// frame.
+		s.p.publishRelay(s.id, end)
+	}
 	for _, sub := range s.subs {
 		sub.idx = -1
 		sub.finish(end)
@@ -457,6 +573,39 @@ func (s *LiveStream) commitSealLocked() {
 	if !s.detached {
 		s.linger = s.p.cfg.Clock.AfterFunc(s.p.cfg.Linger, func() { s.p.retire(s) })
 	}
+}
+
+// suspend refuses pushes until resume, for a stream the committer opened.
+func (s *LiveStream) suspend(cause error, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.opened || s.ended {
+		return
+	}
+	s.suspended, s.suspendGen = cause, gen
+}
+
+// isSuspended reports whether the stream waits to be reclaimed.
+func (s *LiveStream) isSuspended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.suspended != nil && !s.ended
+}
+
+// resume takes pushes again, unless a later Suspend has come since gen.
+func (s *LiveStream) resume(gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.suspendGen == gen {
+		s.suspended = nil
+	}
+}
+
+// fenced ends the stream with another writer's seal (from Reclaim).
+func (s *LiveStream) fenced(fe *FencedError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fenceLocked(fe)
 }
 
 func (s *LiveStream) resolveWaitersLocked() {
@@ -558,11 +707,7 @@ func (s *LiveStream) subscribe(from Seq) *Subscription {
 		sub.queue = append(sub.queue, Frame{Type: FrameDurable, Seq: s.durableSeq})
 	}
 	if s.ended {
-		seal := s.sealing
-		if seal == nil {
-			seal = &sealRequest{status: StatusInterrupted}
-		}
-		sub.finish(Frame{Type: FrameEnd, Seq: s.durableSeq, Status: seal.status, Error: seal.err})
+		sub.finish(s.endFrame)
 		return out
 	}
 	if s.detached {
@@ -590,6 +735,12 @@ func (s *LiveStream) detach() {
 		s.p.subscriberDelta(-1, false)
 	}
 	s.rejectWaitersLocked(math.MaxInt64, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: ErrClosed})
+	if s.sealing != nil && !s.ended && !s.draining {
+		// A seal waiting for its retry: nothing will run it now. (A seal in flight settles in
+		// its own drain goroutine, which sees detached.)
+		s.endLocked(Frame{Type: FrameStale, FloorSeq: s.buf.from, DurableSeq: s.durableSeq},
+			&NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: ErrClosed})
+	}
 	s.mu.Unlock()
 	for _, sub := range subs {
 		sub.close()

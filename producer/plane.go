@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,21 @@ type Plane struct {
 	live    map[string]*LiveStream
 	relayed map[*subscriber]struct{}
 	closed  bool
+	// suspended is set between Suspend and Resume: opens are refused. suspendGen counts
+	// Suspends, so a Resume never lifts a later Suspend.
+	suspended  error
+	suspendGen uint64
+
+	// The relay's outbox: frames wait here for Relay.Publish, which runs in one goroutine of
+	// its own, never under a stream's lock. A full outbox drops frames (see publishRelay).
+	outbox      chan relayOut
+	dropped     atomic.Int64 // frames dropped since the last report
+	lastDropLog atomic.Int64 // unix nanos of the last report
+}
+
+type relayOut struct {
+	streamID string
+	frame    Frame
 }
 
 // New validates cfg and returns a Plane. It returns a *ConfigError naming the first field it
@@ -34,13 +50,19 @@ func New(cfg Config) (*Plane, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Plane{
+	p := &Plane{
 		cfg:     c,
 		ctx:     ctx,
 		cancel:  cancel,
 		live:    make(map[string]*LiveStream),
 		relayed: make(map[*subscriber]struct{}),
-	}, nil
+	}
+	if c.Relay != nil && c.Relay.Publish != nil {
+		p.outbox = make(chan relayOut, c.RelayQueue)
+		p.wg.Add(1)
+		go p.relayPublisher()
+	}
+	return p, nil
 }
 
 // OpenStreamInput is what Plane.Open takes.
@@ -53,43 +75,184 @@ type OpenStreamInput struct {
 }
 
 // Open opens a stream on an existing message row and returns its producer handle. It returns an
-// *OpenRefusedError when the stream is already open here or the committer refuses it, and
-// ErrClosed after Close.
+// *OpenRefusedError when the stream is already open here or the committer refuses it, an error
+// wrapping ErrSuspended while the host cannot prove its lease (see Suspend), and ErrClosed after
+// Close.
+//
+// When the committer's Open fails in a way that leaves its outcome unknown (the write may have
+// landed with its reply lost), the plane does not leave the row to chance: it releases it in
+// the background with an interrupted Close at 0, retried until it settles, so a row this host
+// may have marked streaming never stays so behind its live lease. A second Open of the same id
+// waits for that release.
 func (p *Plane) Open(ctx context.Context, in OpenStreamInput) (*LiveStream, error) {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, fmt.Errorf("stream %s: open: %w", in.StreamID, ErrClosed)
-	}
-	if _, ok := p.live[in.StreamID]; ok {
-		p.mu.Unlock()
-		return nil, &OpenRefusedError{StreamID: in.StreamID, Reason: "it is already open on this host"}
-	}
-	s := newLiveStream(p, in.StreamID, in.User, in.Meta)
-	p.live[in.StreamID] = s
-	p.mu.Unlock()
-
-	// The precondition is checked once, never per write attempt: re-deciding it after a lost
-	// ack would refuse the plane's own success (the row would already say streaming).
-	err := p.cfg.Committer.CheckOpenable(ctx, in.StreamID)
-	if err == nil {
-		open := OpenInput{StreamID: in.StreamID, Meta: in.Meta, StartedAt: p.cfg.Clock.Now()}
-		err = p.retry(ctx, func(ctx context.Context) error { return p.cfg.Committer.Open(ctx, open) })
-	}
+	s, err := p.register(ctx, in)
 	if err != nil {
-		p.mu.Lock()
-		if p.live[in.StreamID] == s {
-			delete(p.live, in.StreamID)
-		}
-		p.mu.Unlock()
-		s.detach()
 		return nil, err
 	}
+	// The precondition is checked once, never per write attempt: re-deciding it after a lost
+	// ack would refuse the plane's own success (the row would already say streaming).
+	if err := p.cfg.Committer.CheckOpenable(ctx, in.StreamID); err != nil {
+		p.unregister(s)
+		return nil, err
+	}
+	open := OpenInput{StreamID: in.StreamID, Meta: in.Meta, StartedAt: p.cfg.Clock.Now()}
+	err = p.retry(ctx, func(ctx context.Context) error { return p.cfg.Committer.Open(ctx, open) })
+	switch {
+	case errors.Is(err, ErrOpenRefused):
+		p.unregister(s) // a rival holds the row: nothing of ours landed
+		return nil, err
+	case err != nil:
+		s.release()
+		return nil, fmt.Errorf("stream %s: open: %w (the row is being released)", in.StreamID, err)
+	}
+	p.mu.Lock()
+	s.mu.Lock()
+	s.opened = true
+	if p.suspended != nil {
+		// The lease was lost while the open was in flight: this stream waits to be reclaimed
+		// like the others.
+		s.suspended, s.suspendGen = p.suspended, p.suspendGen
+	}
+	s.mu.Unlock()
+	p.mu.Unlock()
 	p.streamDelta(1)
 	// Beyond the seed: the relay hears the open too, so a reader on another instance who joins
 	// before the first delta finds the stream live there instead of absent.
 	p.publishRelay(in.StreamID, Frame{Type: FrameOpen, StreamID: in.StreamID})
 	return s, nil
+}
+
+// register reserves id on this plane, waiting out the release of an earlier open of it.
+func (p *Plane) register(ctx context.Context, in OpenStreamInput) (*LiveStream, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("stream %s: open: %w", in.StreamID, ErrClosed)
+		}
+		if p.suspended != nil {
+			cause := p.suspended
+			p.mu.Unlock()
+			return nil, fmt.Errorf("stream %s: open refused: %w: %w", in.StreamID, ErrSuspended, cause)
+		}
+		old, ok := p.live[in.StreamID]
+		if !ok {
+			s := newLiveStream(p, in.StreamID, in.User, in.Meta)
+			p.live[in.StreamID] = s
+			p.mu.Unlock()
+			return s, nil
+		}
+		if !old.releasing.Load() {
+			p.mu.Unlock()
+			return nil, &OpenRefusedError{StreamID: in.StreamID, Reason: "it is already open on this host"}
+		}
+		select {
+		case <-old.sealDone:
+			// Released: replace it.
+			delete(p.live, in.StreamID)
+			p.mu.Unlock()
+			old.detach()
+			continue
+		default:
+		}
+		p.mu.Unlock()
+		select {
+		case <-old.sealDone:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stream %s: open: waiting for the release of an earlier open: %w", in.StreamID, context.Cause(ctx))
+		}
+	}
+}
+
+// unregister drops a stream whose open did not write anything.
+func (p *Plane) unregister(s *LiveStream) {
+	p.mu.Lock()
+	if p.live[s.id] == s {
+		delete(p.live, s.id)
+	}
+	p.mu.Unlock()
+	s.detach()
+}
+
+// release seals a stream whose open's outcome is unknown interrupted at 0, in the background:
+// with checkpoint.Store a no-op on a row this host never marked streaming. Its readers (a
+// subscribe can race the open) get the row's verdict.
+func (s *LiveStream) release() {
+	s.releasing.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended && s.sealing == nil && !s.detached {
+		s.startSealLocked(StatusInterrupted, "")
+	}
+}
+
+// Suspend is the lease's fence: the host can no longer prove it holds its streams (its lease
+// could not be renewed, and the TTL others wait on may lapse). Until Resume, every open
+// stream refuses pushes with ErrSuspended and new opens are refused. Checkpoints and seals go
+// on: the store's guard (the row still streaming under this host) fences them, so what they
+// commit is honest either way. Readers stay attached and see no new text.
+func (p *Plane) Suspend(cause error) {
+	if cause == nil {
+		cause = errors.New("the host's lease could not be renewed")
+	}
+	p.mu.Lock()
+	p.suspended = cause
+	p.suspendGen++
+	gen := p.suspendGen
+	streams := p.snapshotLocked()
+	p.mu.Unlock()
+	for _, s := range streams {
+		s.suspend(cause, gen)
+	}
+}
+
+// Resume is called once the host's lease is held again. It lets opens through, then reclaims
+// each suspended stream: with a Reclaimer committer it asks the store whether the row is still
+// this host's, and a stream another writer sealed meanwhile ends at once with the row's status
+// and length (ErrFenced); the others take pushes again. A stream the store cannot answer for
+// stays suspended, and its error is returned: call Resume again (the lease does, on its next
+// renewal).
+func (p *Plane) Resume(ctx context.Context) error {
+	p.mu.Lock()
+	p.suspended = nil
+	gen := p.suspendGen
+	streams := p.snapshotLocked()
+	p.mu.Unlock()
+	reclaimer, _ := p.cfg.Committer.(Reclaimer)
+	var errs []error
+	for _, s := range streams {
+		if !s.isSuspended() {
+			continue
+		}
+		var err error
+		if reclaimer != nil {
+			err = reclaimer.Reclaim(ctx, s.id)
+		}
+		var fence *FencedError
+		switch {
+		case err == nil:
+			s.resume(gen)
+		case errors.As(err, &fence):
+			s.fenced(fence)
+			p.reportFence(fence)
+		default:
+			errs = append(errs, fmt.Errorf("stream %s: reclaim: %w", s.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Plane) snapshotLocked() []*LiveStream {
+	out := make([]*LiveStream, 0, len(p.live))
+	for _, s := range p.live {
+		out = append(out, s)
+	}
+	return out
+}
+
+func (p *Plane) reportFence(fe *FencedError) {
+	p.cfg.Logger.Warn("stream sealed by another writer; it ended with what the store holds",
+		"stream", fe.StreamID, "status", string(fe.Status), "seq", fe.Seq)
 }
 
 // commitContext wraps one checkpoint's commit context with CommitContextFunc.
@@ -168,10 +331,7 @@ func (p *Plane) Subscribe(ctx context.Context, in SubscribeInput) (*Subscription
 // seals have settled (or ctx ends). Wire it to SIGTERM; Close afterwards.
 func (p *Plane) Drain(ctx context.Context) error {
 	p.mu.Lock()
-	streams := make([]*LiveStream, 0, len(p.live))
-	for _, s := range p.live {
-		streams = append(streams, s)
-	}
+	streams := p.snapshotLocked()
 	p.mu.Unlock()
 	errs := make([]error, len(streams))
 	var wg sync.WaitGroup
@@ -293,9 +453,12 @@ func (p *Plane) reportRelayError(err error, streamID string, phase RelayPhase) {
 // durable plane".
 type Relay struct {
 	// Publish mirrors every frame this process's producers fan out (chunk, durable and the
-	// terminal end), in order, after an open at offset 0 when the stream opens. It is called with the stream's lock held, so it must not block
-	// and must not call back into the plane. An error or panic is reported to OnRelayErrorFunc
-	// and otherwise ignored: a relay outage may cost the live leg, never the generation.
+	// terminal end), in order, after an open at offset 0 when the stream opens. The plane calls
+	// it from one goroutine of its own, fed by a bounded outbox (Config.RelayQueue), never under
+	// a stream's lock: a Publish that blocks backs up the outbox, whose overflow is dropped, and
+	// never the producer. It must not call back into the plane. An error or panic is reported
+	// to OnRelayErrorFunc and otherwise ignored: a relay outage may cost the live leg, never the
+	// generation.
 	Publish func(streamID string, f Frame) error
 
 	// Attach returns the frames of a stream this process does not host, from offset from on, or
@@ -314,17 +477,57 @@ type FrameSource interface {
 	Close() error
 }
 
+// publishRelay hands a frame to the relay's outbox without blocking: it is called under the
+// stream's lock, and a slow, dead or partitioned broker must never stall a producer. When the
+// outbox is full the frame is dropped; the relayed readers' conform pass sees the hole and turns
+// it into stale, and they follow the durable view instead. Drops are reported at most once a
+// second.
 func (p *Plane) publishRelay(streamID string, f Frame) {
-	if p.cfg.Relay == nil || p.cfg.Relay.Publish == nil {
+	if p.outbox == nil {
 		return
 	}
+	select {
+	case p.outbox <- relayOut{streamID: streamID, frame: f}:
+		return
+	default:
+	}
+	n := p.dropped.Add(1)
+	now := time.Now().UnixNano()
+	if last := p.lastDropLog.Load(); now-last >= int64(time.Second) && p.lastDropLog.CompareAndSwap(last, now) {
+		p.dropped.Add(-n)
+		p.reportRelayError(fmt.Errorf("relay outbox full (%d frames): dropped %d frames; relayed readers fall back to the durable view", cap(p.outbox), n), streamID, RelayPublish)
+	}
+}
+
+// relayPublisher feeds Relay.Publish from the outbox until the plane closes, then publishes
+// what is still queued (a drain's end frames) and returns.
+func (p *Plane) relayPublisher() {
+	defer p.wg.Done()
+	for {
+		select {
+		case o := <-p.outbox:
+			p.publishNow(o)
+		case <-p.ctx.Done():
+			for {
+				select {
+				case o := <-p.outbox:
+					p.publishNow(o)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (p *Plane) publishNow(o relayOut) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.reportRelayError(fmt.Errorf("relay publish panicked: %v", r), streamID, RelayPublish)
+			p.reportRelayError(fmt.Errorf("relay publish panicked: %v", r), o.streamID, RelayPublish)
 		}
 	}()
-	if err := p.cfg.Relay.Publish(streamID, f); err != nil {
-		p.reportRelayError(err, streamID, RelayPublish)
+	if err := p.cfg.Relay.Publish(o.streamID, o.frame); err != nil {
+		p.reportRelayError(err, o.streamID, RelayPublish)
 	}
 }
 

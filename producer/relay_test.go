@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,18 +106,62 @@ func TestRelayPublishMirrorsEveryFrameInOrder(t *testing.T) {
 	_, err := s.Flush(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, s.Close(t.Context()))
+	open := producer.Frame{Type: producer.FrameOpen, StreamID: "m"}
+	want := []producer.Frame{open, chunk(0, 2, "ab"), durable(2), end(2)}
+	// Publish runs in the plane's relay goroutine, after the fact.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) >= len(want)
+	}, 10*time.Second, time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
-	open := producer.Frame{Type: producer.FrameOpen, StreamID: "m"}
-	require.Equal(t, []producer.Frame{open, chunk(0, 2, "ab"), durable(2), end(2)}, got, "an open at 0, then what readers get")
+	require.Equal(t, want, got, "an open at 0, then what readers get")
+}
+
+// A broker that stops answering blocks Publish. The producer never waits for it: the outbox
+// fills, the overflow is dropped and reported, and every push and the seal go through.
+func TestBlockedRelayNeverStallsTheProducer(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var published atomic.Int64
+	w := newRelayWorld(t, &producer.Relay{Publish: func(string, producer.Frame) error {
+		<-release
+		published.Add(1)
+		return nil
+	}}, func(c *producer.Config) { c.RelayQueue = 16 })
+	defer close(release)
+	s := w.open(t, "m")
+	done := make(chan error, 1)
+	go func() {
+		for range 1000 {
+			if err := s.Push("x"); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- s.Close(t.Context())
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the producer stalled behind a blocked relay")
+	}
+	text, status := w.store.get("m")
+	require.Equal(t, strings.Repeat("x", 1000), text)
+	require.Equal(t, producer.StatusComplete, status)
+	errs := w.relayErrors()
+	require.NotEmpty(t, errs, "the drops are reported")
+	require.ErrorContains(t, errs[0].err, "dropped")
+	require.Zero(t, published.Load())
 }
 
 func TestRelayPublishFailuresNeverReachTheProducer(t *testing.T) {
 	t.Parallel()
-	calls := 0
+	var calls atomic.Int64
 	w := newRelayWorld(t, &producer.Relay{Publish: func(string, producer.Frame) error {
-		calls++
-		if calls%2 == 0 {
+		if calls.Add(1)%2 == 0 {
 			panic("adapter bug")
 		}
 		return errors.New("broker down")
@@ -128,8 +173,8 @@ func TestRelayPublishFailuresNeverReachTheProducer(t *testing.T) {
 	text, status := w.store.get("m")
 	require.Equal(t, "abcdefgh", text)
 	require.Equal(t, producer.StatusComplete, status)
+	require.Eventually(t, func() bool { return len(w.relayErrors()) >= 4 }, 10*time.Second, time.Millisecond)
 	errs := w.relayErrors()
-	require.NotEmpty(t, errs)
 	for _, e := range errs {
 		require.Equal(t, producer.RelayPublish, e.phase)
 	}

@@ -1,0 +1,232 @@
+package checkpoint_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// Issue 9's reproductions at the package level, on the real server: each names what was seen.
+
+// A host's lease row held FOR UPDATE by another session for longer than the TTL: renewals hang,
+// and the sweeper of the same, healthy process used to seal its own live stream interrupted
+// while its producer kept getting every push accepted.
+func TestHostNeverSealsItsOwnLiveStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withHost("h1"))
+	ctx := t.Context()
+	const ttl = time.Second
+	lease := startLease(t, b, "h1", ttl)
+	sw, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: checkpoint.PoolDB(b.db.Pool), Tables: checkpoint.DefaultTables(),
+		HostID: "h1", Interval: ttl / 3})
+	require.NoError(t, err)
+	require.NoError(t, sw.Start(ctx))
+	t.Cleanup(sw.Stop)
+
+	s := b.open(t, "m1")
+	require.NoError(t, s.Push("before the lock. "))
+	_, err = s.Flush(ctx)
+	require.NoError(t, err)
+
+	// Another session locks the lease row for 3 TTLs.
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT * FROM rindle_hosts WHERE host = 'h1' FOR UPDATE")
+	require.NoError(t, err)
+	var accepted strings.Builder
+	accepted.WriteString("before the lock. ")
+	refused := 0
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		if err := s.Push("x"); err == nil {
+			accepted.WriteString("x")
+		} else {
+			require.ErrorIs(t, err, producer.ErrSuspended, "a push is refused only because the lease cannot be proven")
+			refused++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	require.Positive(t, refused, "the host fenced itself while its lease could not be renewed")
+	require.Eventually(t, lease.Held, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return s.Push("") == nil }, 10*time.Second, 10*time.Millisecond, "pushes resume once the lease is held again")
+	require.NoError(t, s.Push(" after."))
+	accepted.WriteString(" after.")
+	require.NoError(t, s.Close(ctx))
+	r := b.durable(t, "m1")
+	require.Equal(t, "complete", r.status)
+	require.Equal(t, accepted.String(), r.text)
+}
+
+// The stream's row sealed by another host's sweeper (this host's lease lapsed): the stream ends
+// at once, pushes are refused with ErrFenced, and readers get the row's status and length.
+func TestStreamSealedByAnotherWriterEndsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withHost("h1"))
+	ctx := t.Context()
+	s := b.open(t, "m1")
+	require.NoError(t, s.Push("durable "))
+	_, err := s.Flush(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Push("produced only"))
+	sub, err := b.plane.Subscribe(ctx, producer.SubscribeInput{StreamID: "m1"})
+	require.NoError(t, err)
+
+	// h1 holds no lease at all: another host's sweeper takes the row.
+	other, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: checkpoint.PoolDB(b.db.Pool), Tables: checkpoint.DefaultTables(), HostID: "h2"})
+	require.NoError(t, err)
+	n, err := other.SweepOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	_, err = s.Flush(ctx)
+	require.ErrorIs(t, err, producer.ErrFenced)
+	require.ErrorIs(t, s.Push("more"), producer.ErrFenced, "a fenced stream takes no more text")
+	frames := streamtest.Collect(t, sub)
+	end := frames[len(frames)-1]
+	require.Equal(t, producer.FrameEnd, end.Type)
+	require.Equal(t, producer.StatusInterrupted, end.Status, "the end frame says what the row holds")
+	require.Equal(t, producer.Seq(8), end.Seq)
+	r := b.durable(t, "m1")
+	require.Equal(t, "interrupted", r.status)
+	require.Equal(t, "durable ", r.text)
+	require.ErrorIs(t, s.Close(ctx), producer.ErrFenced)
+}
+
+// A close during a database blip: the seal is retried by its own host until it commits, and
+// no reader hears an end before it has.
+func TestFailedSealIsRetriedUntilItCommits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withHost("h1"), withConfig(func(c *producer.Config) { c.CheckpointRetries = producer.NoRetries }))
+	ctx := t.Context()
+	s := b.open(t, "m1")
+	require.NoError(t, s.Push(strings.Repeat("a", 16)))
+	b.waitCheckpoint(t)
+	require.NoError(t, s.Push("tail"))
+	sub, err := b.plane.Subscribe(ctx, producer.SubscribeInput{StreamID: "m1"})
+	require.NoError(t, err)
+
+	b.fdb.set(func(f *faultDB) { f.down = true })
+	err = s.Close(ctx)
+	var nd *producer.NotDurableError
+	require.ErrorAs(t, err, &nd, "the first close reports that the seal is not durable yet")
+	require.Equal(t, producer.Seq(16), nd.DurableSeq)
+	require.ErrorIs(t, s.Push("late"), producer.ErrClosed, "a sealing stream takes no more text")
+	// No end while the seal is unconfirmed.
+	pending := make(chan producer.Frame, 16)
+	go func() {
+		for {
+			f, err := sub.Next(context.Background())
+			if err != nil {
+				close(pending)
+				return
+			}
+			pending <- f
+			if f.Terminal() {
+				close(pending)
+				return
+			}
+		}
+	}()
+	drainUntilQuiet(t, pending)
+	b.fdb.set(func(f *faultDB) { f.down = false })
+	// The retry runs on the interval, on its own.
+	require.Eventually(t, func() bool {
+		b.clock.Advance(time.Second)
+		return b.durable(t, "m1").status == "complete"
+	}, 10*time.Second, 20*time.Millisecond)
+	var end producer.Frame
+	for f := range pending {
+		end = f
+	}
+	require.Equal(t, producer.FrameEnd, end.Type)
+	require.Equal(t, producer.StatusComplete, end.Status)
+	require.Equal(t, producer.Seq(20), end.Seq)
+	require.NoError(t, s.Close(ctx), "a second close answers the committed seal")
+	r := b.durable(t, "m1")
+	require.Equal(t, strings.Repeat("a", 16)+"tail", r.text)
+}
+
+// drainUntilQuiet reads frames until none came for a moment, and fails on a terminal one.
+func drainUntilQuiet(t *testing.T, frames <-chan producer.Frame) {
+	t.Helper()
+	for {
+		select {
+		case f, ok := <-frames:
+			require.True(t, ok, "the subscription ended while the seal was unconfirmed")
+			require.False(t, f.Terminal(), "%s frame before the seal committed", f.Type)
+		case <-time.After(200 * time.Millisecond):
+			return
+		}
+	}
+}
+
+// An open and a close whose replies are lost on their only attempt: each reads the row back
+// and reports what it holds, as an append does.
+func TestOpenAndCloseReadBackAfterALostReply(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withHost("h1"), withConfig(func(c *producer.Config) { c.CheckpointRetries = producer.NoRetries }))
+	ctx := t.Context()
+	b.insert(t, "m1")
+	b.fdb.set(func(f *faultDB) { f.loseAck = 1 })
+	s, err := b.plane.Open(ctx, producer.OpenStreamInput{StreamID: "m1"})
+	require.NoError(t, err, "the open committed: its read-back says so")
+	require.NoError(t, s.Push("text"))
+	b.fdb.set(func(f *faultDB) { f.loseAck = 1 })
+	require.NoError(t, s.Close(ctx), "the seal committed: its read-back says so")
+	r := b.durable(t, "m1")
+	require.Equal(t, "complete", r.status)
+	require.Equal(t, "text", r.text)
+}
+
+// An open whose outcome cannot be known (the write and its read-back both fail) must not leave
+// the row streaming under this host's live lease: the plane releases it in the background.
+func TestUnconfirmedOpenIsReleased(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withHost("h1"), withConfig(func(c *producer.Config) { c.CheckpointRetries = producer.NoRetries }))
+	ctx := t.Context()
+	b.insert(t, "m1")
+	b.fdb.set(func(f *faultDB) { f.loseAck, f.failQuery = 1, 1 })
+	_, err := b.plane.Open(ctx, producer.OpenStreamInput{StreamID: "m1"})
+	require.Error(t, err)
+	require.Eventually(t, func() bool {
+		b.clock.Advance(time.Second)
+		return b.durable(t, "m1").status != "streaming"
+	}, 10*time.Second, 20*time.Millisecond, "the row is released, not left streaming behind a live lease")
+	// And it can be opened again.
+	require.Eventually(t, func() bool {
+		_, err := b.plane.Open(ctx, producer.OpenStreamInput{StreamID: "m1"})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// Dead hosts' lease rows are forgotten once their streams are sealed.
+func TestSweeperForgetsDeadHosts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO rindle_hosts (host, lease_until) VALUES
+		('long-dead', now() - interval '2 hours'), ('just-lapsed', now() - interval '1 second'), ('alive', now() + interval '1 hour')`)
+	require.NoError(t, err)
+	sw, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: checkpoint.PoolDB(b.db.Pool), Tables: checkpoint.DefaultTables(), HostID: "me"})
+	require.NoError(t, err)
+	_, err = sw.SweepOnce(ctx)
+	require.NoError(t, err)
+	rows, err := b.db.Pool.Query(ctx, "SELECT host FROM rindle_hosts ORDER BY host")
+	require.NoError(t, err)
+	var hosts []string
+	for rows.Next() {
+		var h string
+		require.NoError(t, rows.Scan(&h))
+		hosts = append(hosts, h)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"alive", "just-lapsed"}, hosts)
+}
