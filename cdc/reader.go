@@ -27,6 +27,7 @@ const (
 	DefaultTopic           = "rindle.cdc"
 	DefaultStatusInterval  = time.Second
 	DefaultServerTimeout   = 60 * time.Second
+	DefaultConnectTimeout  = 10 * time.Second
 	DefaultReconnectDelay  = 500 * time.Millisecond
 	DefaultStandbyInterval = time.Second
 	MaxReconnectDelay      = 30 * time.Second
@@ -74,6 +75,10 @@ type Config struct {
 	// (the server sends keep-alives) before it treats the connection as dead and reconnects.
 	// Defaults to DefaultServerTimeout.
 	ServerTimeout time.Duration
+	// ConnectTimeout bounds every connection attempt (a database address that accepts and never
+	// answers must not hang the reader). A connect_timeout in ConnString wins. Defaults to
+	// DefaultConnectTimeout.
+	ConnectTimeout time.Duration
 	// ApplicationName, if set, names the replication connection in pg_stat_replication, so an
 	// operator sees which instance leads.
 	ApplicationName string
@@ -102,9 +107,10 @@ type Stats struct {
 // Reader streams the tables' changes from a logical replication slot and publishes them as
 // whole transactions. See the package comment for its guarantees.
 type Reader struct {
-	cfg      Config
-	replConf *pgconn.Config
-	tables   checkpoint.Tables
+	cfg       Config
+	replConf  *pgconn.Config
+	plainConf *pgx.ConnConfig // setup and slot lag
+	tables    checkpoint.Tables
 
 	published, events, reconnects atomic.Int64
 	acked                         atomic.Uint64
@@ -137,7 +143,7 @@ func New(cfg Config) (*Reader, error) {
 			return nil, fmt.Errorf("cdc: Config.%s %q must be 1-63 lowercase letters, digits and underscores", field, name)
 		}
 	}
-	for field, v := range map[string]time.Duration{"StatusInterval": cfg.StatusInterval, "ServerTimeout": cfg.ServerTimeout} {
+	for field, v := range map[string]time.Duration{"StatusInterval": cfg.StatusInterval, "ServerTimeout": cfg.ServerTimeout, "ConnectTimeout": cfg.ConnectTimeout} {
 		if v < 0 {
 			return nil, fmt.Errorf("cdc: Config.%s must not be negative", field)
 		}
@@ -158,9 +164,22 @@ func New(cfg Config) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
 	replConf, err := pgconn.ParseConfig(cfg.ConnString)
 	if err != nil {
 		return nil, fmt.Errorf("cdc: Config.ConnString: %w", err)
+	}
+	if replConf.ConnectTimeout == 0 {
+		replConf.ConnectTimeout = cfg.ConnectTimeout
+	}
+	plainConf, err := pgx.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("cdc: Config.ConnString: %w", err)
+	}
+	if plainConf.ConnectTimeout == 0 {
+		plainConf.ConnectTimeout = cfg.ConnectTimeout
 	}
 	if replConf.RuntimeParams == nil {
 		replConf.RuntimeParams = map[string]string{}
@@ -169,13 +188,13 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.ApplicationName != "" {
 		replConf.RuntimeParams["application_name"] = cfg.ApplicationName
 	}
-	return &Reader{cfg: cfg, replConf: replConf, tables: resolved}, nil
+	return &Reader{cfg: cfg, replConf: replConf, plainConf: plainConf, tables: resolved}, nil
 }
 
 // Setup checks wal_level and creates the publication and the slot if they are missing. Start
 // calls it; it is exported for operators (rindled migrate) and tests.
 func (r *Reader) Setup(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, r.cfg.ConnString)
+	conn, err := pgx.ConnectConfig(ctx, r.plainConf.Copy())
 	if err != nil {
 		return fmt.Errorf("cdc: connect: %w", err)
 	}
@@ -259,7 +278,7 @@ func (r *Reader) DropSlot(ctx context.Context) error {
 // SlotLag is how many WAL bytes the slot holds back: the distance from the server's current WAL
 // position to the slot's confirmed position.
 func (r *Reader) SlotLag(ctx context.Context) (int64, error) {
-	conn, err := pgx.Connect(ctx, r.cfg.ConnString)
+	conn, err := pgx.ConnectConfig(ctx, r.plainConf.Copy())
 	if err != nil {
 		return 0, err
 	}

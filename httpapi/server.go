@@ -53,6 +53,8 @@ type Config struct {
 	Ready func(context.Context) error
 	// Metrics, if set, is served at /metrics (otel.Telemetry.MetricsHandler).
 	Metrics http.Handler
+	// HostID names this instance in the Rindle-Host header of the streams it produces. Optional.
+	HostID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -180,12 +182,31 @@ type access struct {
 	host string // set while the message is streaming on a known host
 }
 
+// streamMeta is what the open route keeps with a live stream: its owner, so reads of a stream
+// hosted here are authorized from memory (and keep working while the database is away).
+type streamMeta struct {
+	owner *string
+}
+
 // reader authorizes a read of id: the owner must be the token's subject (or the token has the
-// producer scope). The owner is looked up before anything reveals whether id exists.
+// producer scope). The owner is looked up before anything reveals whether id exists: in memory
+// for a stream opened here, else in the database.
 func (s *Server) reader(ctx context.Context, header, id string) (*access, error) {
 	c, err := s.claims(header)
 	if err != nil {
 		return nil, err
+	}
+	if st, ok := s.cfg.Plane.Stream(id); ok {
+		if m, ok := st.Meta().(*streamMeta); ok {
+			if !c.has(ProducerScope) && (m.owner == nil || *m.owner != c.Subject) {
+				return nil, errNoAccess()
+			}
+			a := &access{}
+			if !st.Ended() {
+				a.host = s.cfg.HostID
+			}
+			return a, nil
+		}
 	}
 	var owner, host, status *string
 	err = s.cfg.Pool.QueryRow(ctx, "SELECT owner, host, status FROM messages WHERE id = $1", id).Scan(&owner, &host, &status)
@@ -291,12 +312,19 @@ func (s *Server) register() {
 			if _, err := s.producer(in.Authorization); err != nil {
 				return nil, err
 			}
-			st, err := s.cfg.Plane.Open(ctx, producer.OpenStreamInput{StreamID: in.ID})
+			// The owner travels with the live stream, so its readers are authorized from memory.
+			meta := &streamMeta{}
+			if err := s.cfg.Pool.QueryRow(ctx, "SELECT owner FROM messages WHERE id = $1", in.ID).Scan(&meta.owner); errors.Is(err, pgx.ErrNoRows) {
+				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s: open refused: no message row: create it first", in.ID))
+			} else if err != nil {
+				return nil, huma.Error503ServiceUnavailable("the database is unavailable", err)
+			}
+			st, err := s.cfg.Plane.Open(ctx, producer.OpenStreamInput{StreamID: in.ID, Meta: meta})
 			if errors.Is(err, producer.ErrOpenRefused) {
 				return nil, huma.Error409Conflict(err.Error())
 			}
 			if err != nil {
-				return nil, huma.Error503ServiceUnavailable("the stream could not be opened", err)
+				return nil, producerError(in.ID, "the stream could not be opened", err)
 			}
 			return seqOf(st), nil
 		})
@@ -339,7 +367,7 @@ func (s *Server) register() {
 				return nil, err
 			}
 			if _, err := st.Flush(ctx); err != nil {
-				return nil, huma.Error503ServiceUnavailable(err.Error(), err)
+				return nil, producerError(in.ID, "the produced text is not durable", err)
 			}
 			return seqOf(st), nil
 		})
@@ -365,7 +393,7 @@ func (s *Server) register() {
 				err = st.Close(ctx)
 			}
 			if err != nil {
-				return nil, huma.Error503ServiceUnavailable(err.Error(), err)
+				return nil, producerError(in.ID, "the seal has not committed yet; this instance retries it until it does (POST close again to wait for it)", err)
 			}
 			return seqOf(st), nil
 		})
@@ -443,15 +471,37 @@ func (s *Server) hosted(id string) (*producer.LiveStream, error) {
 	return st, nil
 }
 
-func pushError(id string, err error) error {
+// retryAfter is the Retry-After of a 503 that a producer should retry: a suspended host is
+// usually back within a lease interval.
+const retryAfter = "1"
+
+// producerError maps a producer-route failure to its status. A fence (another writer sealed the
+// stream) and a sealed stream are 409: retrying cannot help. A suspended host (its lease could
+// not be renewed) is 503 with Retry-After: nothing was taken, and the same request may succeed
+// shortly. A durability shortfall is 503 with what the store holds.
+func producerError(id, what string, err error) error {
+	var fence *producer.FencedError
 	switch {
+	case errors.As(err, &fence):
+		return huma.Error409Conflict(fmt.Sprintf("stream %s was sealed by another writer: the store holds %d characters, status %s (this instance's lease lapsed); no more text is taken", id, fence.Seq, fence.Status))
 	case errors.Is(err, producer.ErrInvalidText):
 		return huma.Error400BadRequest("the text is not valid UTF-8")
+	case errors.Is(err, producer.ErrSuspended):
+		return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("stream %s: this instance cannot confirm its lease on the database right now, so it takes no text; nothing of this request was taken: retry", id)),
+			http.Header{"Retry-After": {retryAfter}})
+	case errors.Is(err, producer.ErrNotDurable):
+		var nd *producer.NotDurableError
+		if errors.As(err, &nd) {
+			return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("%s: %d of %d characters are durable", what, nd.DurableSeq, nd.Seq)),
+				http.Header{"Retry-After": {retryAfter}})
+		}
 	case errors.Is(err, producer.ErrClosed):
 		return huma.Error409Conflict(fmt.Sprintf("stream %s is sealed", id))
 	}
-	return huma.Error500InternalServerError(err.Error())
+	return huma.Error503ServiceUnavailable(what)
 }
+
+func pushError(id string, err error) error { return producerError(id, "the text could not be pushed", err) }
 
 func (s *Server) longPoll(ctx context.Context, id, afterRaw, waitRaw string) (ivm.Message, error) {
 	after, err := producer.ParseOffset("after", afterRaw)
@@ -551,6 +601,14 @@ func writeProblem(w http.ResponseWriter, err error) {
 	var se huma.StatusError
 	if !errors.As(err, &se) {
 		se = huma.Error500InternalServerError(err.Error())
+	}
+	var he huma.HeadersError
+	if errors.As(err, &he) {
+		for k, vs := range he.GetHeaders() {
+			for _, v := range vs {
+				w.Header().Add(k, v)
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(se.GetStatus())

@@ -78,6 +78,16 @@ func newLiveStream(p *Plane, id string, user, meta any) *LiveStream {
 // ID is the stream id: the message row's key.
 func (s *LiveStream) ID() string { return s.id }
 
+// Meta is the app payload the stream was opened with (OpenStreamInput.Meta).
+func (s *LiveStream) Meta() any { return s.meta }
+
+// Ended reports whether the stream has ended: sealed, fenced, or released.
+func (s *LiveStream) Ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}
+
 // Seq is the total produced length.
 func (s *LiveStream) Seq() Seq {
 	s.mu.Lock()

@@ -35,7 +35,7 @@ import (
 // settings are every knob, from flags with environment defaults.
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
-	drainTimeout, leaseTTL                                                  time.Duration
+	drainTimeout, leaseTTL, connectTimeout                                  time.Duration
 }
 
 const usage = `rindled: durable, resumable language-model answers.
@@ -77,6 +77,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.brokerURL, "broker-url", env("RINDLE_BROKER_URL", ""), "NATS JetStream URL (nats://host:4222) that carries CDC events to every instance and relays live tails between them; empty runs in-process, one instance only [RINDLE_BROKER_URL]")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", envDuration(getenv, "RINDLE_LEASE_TTL", checkpoint.DefaultLeaseTTL), "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
+	fs.DurationVar(&s.connectTimeout, "connect-timeout", envDuration(getenv, "RINDLE_CONNECT_TIMEOUT", cdc.DefaultConnectTimeout), "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
 	if extra != nil {
 		extra(fs)
 	}
@@ -216,10 +217,18 @@ func migratedDatabase(ctx context.Context, s *settings, stdout io.Writer) (url s
 	if err != nil {
 		return "", nil, nil, err
 	}
-	conn, err := pgx.Connect(ctx, url)
+	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		stop()
-		return "", nil, nil, fmt.Errorf("connect: %w", err)
+		return "", nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = s.connectTimeout
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		stop()
+		return "", nil, nil, fmt.Errorf("connect to the database (within %s): %w", cfg.ConnectTimeout, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if applied, err = migrations.Migrate(ctx, conn); err != nil {
@@ -293,7 +302,14 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 		return err
 	}
 	defer stopDB()
-	pool, err := pgxpool.New(ctx, url)
+	poolCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if poolCfg.ConnConfig.ConnectTimeout == 0 {
+		poolCfg.ConnConfig.ConnectTimeout = s.connectTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
 	}
@@ -329,7 +345,7 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	defer view.Stop()
 	// Every instance runs a reader; the one holding the slot publishes, the others stand by
 	// (the slot is the leader lock). application_name shows the leader in pg_stat_replication.
-	reader, err := cdc.New(cdc.Config{ConnString: url, ApplicationName: "rindled-cdc " + hostID, Slot: s.slot, Publisher: bus.Publisher, Topic: bus.Topic, Logger: logger})
+	reader, err := cdc.New(cdc.Config{ConnString: url, ConnectTimeout: s.connectTimeout, ApplicationName: "rindled-cdc " + hostID, Slot: s.slot, Publisher: bus.Publisher, Topic: bus.Topic, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -346,22 +362,6 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{DB: db, HostID: hostID, TTL: s.leaseTTL, Logger: logger})
-	if err != nil {
-		return err
-	}
-	if err := lease.Start(ctx); err != nil {
-		return err
-	}
-	defer lease.Stop()
-	sweeper, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.DefaultTables(), Interval: max(s.leaseTTL/3, 100*time.Millisecond), Logger: logger})
-	if err != nil {
-		return err
-	}
-	if err := sweeper.Start(ctx); err != nil {
-		return err
-	}
-	defer sweeper.Stop()
 	plane, err := producer.New(producer.Config{
 		Committer: store,
 		// The HTTP layer authorizes every read (owner or producer scope) before it subscribes.
@@ -381,10 +381,49 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 		return err
 	}
 	defer plane.Close()
+	// The lease fences this host before its TTL can lapse: its streams refuse pushes until a
+	// renewal proves the lease again and the store confirms each stream is still this host's.
+	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{DB: db, HostID: hostID, TTL: s.leaseTTL, Logger: logger,
+		OnLostFunc: plane.Suspend,
+		OnHeldFunc: func(ctx context.Context) {
+			if err := plane.Resume(ctx); err != nil {
+				logger.Warn("reclaiming streams after the lease came back; retrying at the next renewal", "err", err)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	if err := lease.Start(ctx); err != nil {
+		return err
+	}
+	defer lease.Stop()
+	// Sweeps run at half the TTL, jittered, and never seal this host's own rows: a live host
+	// seals or reclaims its own streams.
+	sweeper, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.DefaultTables(), HostID: hostID,
+		Interval: max(s.leaseTTL/2, 100*time.Millisecond), Logger: logger})
+	if err != nil {
+		return err
+	}
+	// Rows under this host id before anything opened are a previous process's (the same
+	// -host-id, killed rather than drained): this process's lease would keep them alive.
+	if n, err := sweeper.SealHost(ctx, hostID); err != nil {
+		return err
+	} else if n > 0 {
+		logger.Warn("sealed streams a previous process left under this host id", "host", hostID, "sealed", n)
+	}
+	if err := sweeper.Start(ctx); err != nil {
+		return err
+	}
+	defer sweeper.Stop()
 
 	api, err := httpapi.New(httpapi.Config{
-		Plane: plane, View: view, Pool: pool, Secret: secret, Logger: logger, Metrics: tel.MetricsHandler,
+		Plane: plane, View: view, Pool: pool, Secret: secret, Logger: logger, Metrics: tel.MetricsHandler, HostID: hostID,
 		Ready: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if !lease.Held() {
+				return errors.New("lease: not renewed in time; this instance refuses pushes until it is")
+			}
 			if err := pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database: %w", err)
 			}
