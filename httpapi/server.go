@@ -501,7 +501,9 @@ func producerError(id, what string, err error) error {
 	return huma.Error503ServiceUnavailable(what)
 }
 
-func pushError(id string, err error) error { return producerError(id, "the text could not be pushed", err) }
+func pushError(id string, err error) error {
+	return producerError(id, "the text could not be pushed", err)
+}
 
 func (s *Server) longPoll(ctx context.Context, id, afterRaw, waitRaw string) (ivm.Message, error) {
 	after, err := producer.ParseOffset("after", afterRaw)
