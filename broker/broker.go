@@ -53,6 +53,8 @@ const (
 	DefaultLiveStream     = "rindle_live"
 	DefaultLiveRetention  = 10 * time.Minute
 	DefaultLivePerSubject = 100_000
+	DefaultConnectTimeout = 5 * time.Second // bounds one connect to the broker
+	DefaultWriteTimeout   = 2 * time.Second // bounds one flush of a connection's writes
 )
 
 // Config configures Open.
@@ -126,6 +128,11 @@ func (b *Broker) Close() error {
 func connect(cfg Config, role string) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(strings.Trim(cfg.Name+" "+role, " ")),
+		// Bounded connects and writes: a broker that accepts and never answers fails the
+		// connect (and so start-up) with a clear error, and a connection whose writes stall is
+		// declared broken and reconnected rather than holding its publishers for a minute.
+		nats.Timeout(DefaultConnectTimeout),
+		nats.FlusherTimeout(DefaultWriteTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
