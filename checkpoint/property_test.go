@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -11,15 +12,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
 // TestRandomSchedules drives random interleavings of push, tick, flush, subscribe, read,
-// reader close, injected store faults, reader cancel and seal against real Postgres. After every
-// step it checks P on the store and honesty of the plane; at quiescence it checks every reader's
-// frames and S.
+// reader close, injected store faults, reader cancel, seal, and the lease's life (lost, held
+// again, and another host's sweeper sealing the row while it was lost) against real Postgres.
+// After every step it checks P on the store and honesty of the plane; at quiescence it checks
+// every reader's frames, S, and that every end frame says what the row holds.
 func TestRandomSchedules(t *testing.T) {
 	t.Parallel()
 	runs := 200
@@ -31,18 +34,21 @@ func TestRandomSchedules(t *testing.T) {
 	for run := range runs {
 		runSchedule(t, b, uint64(run), &st)
 	}
-	t.Logf("%d runs, %d steps: %d readers ended, %d dropped stale; %d seals failed; %d flushes failed; %d checkpoint failures",
-		runs, st.steps, st.ends, st.stales, st.failedSeals, st.failedFlushes, st.checkpointFailures.Load())
+	t.Logf("%d runs, %d steps: %d readers ended, %d dropped stale; %d seals failed; %d flushes failed; %d checkpoint failures; %d streams fenced; %d pushes refused while suspended",
+		runs, st.steps, st.ends, st.stales, st.failedSeals, st.failedFlushes, st.checkpointFailures.Load(), st.fenced, st.suspendedPushes)
 	// The schedules must actually reach the interesting cases, or they prove little.
 	require.Positive(t, st.stales)
 	require.Positive(t, st.failedSeals)
 	require.Positive(t, st.failedFlushes)
 	require.Positive(t, st.ends)
+	require.Positive(t, st.fenced)
+	require.Positive(t, st.suspendedPushes)
 }
 
 // scheduleStats counts what the schedules exercised.
 type scheduleStats struct {
 	steps, ends, stales, failedSeals, failedFlushes int
+	fenced, suspendedPushes                         int
 	checkpointFailures                              atomic.Int64
 }
 
@@ -100,6 +106,9 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	sealed := false
 	var sealErr error
 	var lastDB, lastPlane producer.Seq
+	suspended, swept := false, false
+	foreign, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: checkpoint.PoolDB(b.db.Pool), Tables: checkpoint.DefaultTables(), HostID: "another-host"})
+	require.NoError(t, err)
 
 	checkP := func(step int, op string) {
 		t.Helper()
@@ -126,11 +135,18 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 				d.WriteString(alphabet[rng.IntN(len(alphabet))])
 			}
 			err := s.Push(d.String())
-			if sealed {
-				require.ErrorIs(t, err, producer.ErrClosed)
-			} else {
-				require.NoError(t, err)
+			switch {
+			case err == nil:
+				require.False(t, sealed || suspended || swept, "seed %d: a push was taken while sealed, suspended or swept", seed)
 				produced.WriteString(d.String())
+			case errors.Is(err, producer.ErrSuspended):
+				require.True(t, suspended, "seed %d: suspended without a lost lease", seed)
+				st.suspendedPushes++
+			case errors.Is(err, producer.ErrFenced):
+				require.True(t, swept, "seed %d: fenced without another writer", seed)
+			default:
+				require.ErrorIs(t, err, producer.ErrClosed)
+				require.True(t, sealed, "seed %d", seed)
 			}
 		case k < 45:
 			op = "tick"
@@ -164,7 +180,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 				r.sub.Close()
 				r.closed = true
 			}
-		case k < 90:
+		case k < 87:
 			op = "fault"
 			switch rng.IntN(6) {
 			case 0:
@@ -182,6 +198,24 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 				// plane's resync can see it, so the next slice starts from a stale offset.
 				b.fdb.set(func(f *faultDB) { f.loseAck++; f.failQuery += 2 })
 			}
+		case k < 90:
+			switch {
+			case !suspended:
+				op = "lease-lost"
+				plane.Suspend(errors.New("lease lost"))
+				suspended = true
+			case rng.IntN(3) == 0 && !swept:
+				// The lease lapsed: another host's sweeper seals the row (a no-op once sealed).
+				op = "foreign-sweep"
+				if _, err := foreign.SweepOnce(t.Context()); err == nil {
+					swept = true
+				}
+			default:
+				op = "lease-held"
+				if plane.Resume(t.Context()) == nil {
+					suspended = false
+				}
+			}
 		case k < 93:
 			op = "cancel"
 			_, err := b.db.Pool.Exec(t.Context(), "UPDATE messages SET cancel_requested = true WHERE id = $1", id)
@@ -196,13 +230,16 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 		checkP(step, op)
 	}
 
-	// Quiescence: the store comes back, every flush answers, the stream seals. A seal that failed
-	// during the faults is retried by its host on the interval until it commits.
+	// Quiescence: the store comes back and the lease is held again (a swept stream ends there,
+	// fenced); every flush answers; the stream seals. A seal that failed during the faults is
+	// retried by its host on the interval until it commits.
 	b.fdb.reset()
+	require.Eventually(t, func() bool { return plane.Resume(t.Context()) == nil }, 20*time.Second, time.Millisecond, "seed %d: reclaim", seed)
 	if !sealed {
+		sealed = true
 		sealErr = s.Close(t.Context())
-		require.NoError(t, sealErr, "seed %d: the final seal with a healthy store", seed)
-	} else if sealErr != nil {
+	}
+	if sealErr != nil && !swept {
 		st.failedSeals++
 		require.ErrorIs(t, sealErr, producer.ErrNotDurable)
 		require.Eventually(t, func() bool {
@@ -211,6 +248,17 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			defer cancel()
 			return s.Close(ctx) == nil
 		}, 20*time.Second, time.Millisecond, "seed %d: the failed seal was never retried to a commit", seed)
+	}
+	if swept {
+		// Another writer may have sealed it first, or this host's seal won the race: either
+		// way it is settled.
+		require.Eventually(t, func() bool {
+			clock.Advance(producer.DefaultCheckpointInterval)
+			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			defer cancel()
+			err := s.Close(ctx)
+			return err == nil || errors.Is(err, producer.ErrFenced)
+		}, 20*time.Second, time.Millisecond, "seed %d: the swept stream never settled", seed)
 	}
 	checkP(steps, "quiescence")
 	for range pendingFlushes {
@@ -227,9 +275,15 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	}
 	text := produced.String()
 	final := b.durable(t, id)
-	require.Equal(t, text, final.text, "seed %d: a committed seal holds the whole text", seed)
-	require.Contains(t, []string{"complete", "cancelled"}, final.status)
 	require.Zero(t, final.chunks)
+	if final.status == "interrupted" {
+		require.True(t, swept, "seed %d: interrupted without another writer", seed)
+		require.True(t, strings.HasPrefix(text, final.text), "seed %d: the swept body is a prefix", seed)
+		st.fenced++
+	} else {
+		require.Equal(t, text, final.text, "seed %d: a committed seal holds the whole text", seed)
+		require.Contains(t, []string{"complete", "cancelled"}, final.status)
+	}
 	for i, r := range readers {
 		if r.closed {
 			continue
@@ -240,7 +294,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 		switch last.Type {
 		case producer.FrameEnd:
 			st.ends++
-			require.Equal(t, text, got, "seed %d reader %d: S broken", seed, i)
+			require.Equal(t, final.text, producer.Slice16(got, 0, last.Seq), "seed %d reader %d: S broken", seed, i)
 			require.Equal(t, final.seq, last.Seq, "seed %d reader %d: the end says what the store holds", seed, i)
 			require.Equal(t, final.status, string(last.Status), "seed %d reader %d: the end says what the store holds", seed, i)
 		case producer.FrameStale:
