@@ -13,16 +13,26 @@
 // A checkpoint is one transaction of two statements (a guarded chunk insert and a length
 // compare-and-swap) and one read-back; the seal is one transaction that writes the whole body
 // and deletes the chunks. Every statement is idempotent under replay, so the plane's "retry until
-// it sticks" needs no dedup ledger.
+// it sticks" needs no dedup ledger. Open, Append and Close all read the row back whether or not
+// their write's reply arrived, so a lost reply is settled by what the row holds.
 //
-// Appends and the seal apply only to a row that is still streaming (a departure from DESIGN §5's
-// SQL, made for the sweeper): once the Sweeper has sealed the row of a host whose lease lapsed,
-// that host's producer, should it still be running, is fenced out with producer.ErrFenced
-// instead of writing into a sealed row.
+// Appends and the seal apply only to a row that is still streaming under this Store's host token
+// (a departure from DESIGN §5's SQL, made for the sweeper): once the Sweeper has sealed the row
+// of a host whose lease lapsed, that host's producer, should it still be running, is fenced out
+// with a *producer.FencedError carrying what the row holds, instead of writing into a sealed row
+// or into a row another host opened since.
+//
+// Leases (Lease) are real leases: the database's clock decides expiry for every host, and the
+// holder fences itself (Lease.Config.OnLostFunc, wired to producer.Plane.Suspend) a guard
+// before its own conservative estimate of that expiry; Store.Reclaim then re-confirms each
+// stream once the lease is held again. The Sweeper never seals its own host's rows, and seals
+// a lapsed host's rows with body ++ chunks, so nothing a read-back confirmed is lost.
+//
+//	held ──renewals fail until TTL-Guard──▶ lost: Suspend ──a renewal commits──▶ held: Resume → Reclaim
 //
 // Store and Sweeper hold no state beyond their configuration and are safe for concurrent use;
 // Lease and Sweeper each own one goroutine between Start and Stop. Errors a caller can act on:
-// *producer.OpenRefusedError (errors.Is ErrOpenRefused) from CheckOpenable and Open; ErrFenced
-// from Append and Close; *ConfigError from the constructors. Other errors name the stream and
-// offsets.
+// *producer.OpenRefusedError (errors.Is ErrOpenRefused) from CheckOpenable and Open;
+// *producer.FencedError (errors.Is ErrFenced) from Append, Close and Reclaim; *ConfigError from
+// the constructors. Other errors name the stream and offsets.
 package checkpoint

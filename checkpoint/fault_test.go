@@ -230,3 +230,50 @@ func TestSweeperForgetsDeadHosts(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"alive", "just-lapsed"}, hosts)
 }
+
+// A real lease: when renewals stop (the row is locked by another session), the holder fences
+// itself while the database still counts its lease as live, so no other host's sweeper can have
+// acted first; and once renewals succeed again it says so.
+func TestLeaseFencesItselfBeforeItLapses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	lost := make(chan bool, 1) // whether the database still held the lease at the fence
+	held := make(chan struct{}, 64)
+	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{
+		DB: checkpoint.PoolDB(b.db.Pool), HostID: "h1", TTL: time.Second,
+		OnLostFunc: func(error) {
+			var live bool
+			// Another connection: the row is locked, but a plain read is not blocked.
+			err := b.db.Pool.QueryRow(context.Background(), "SELECT lease_until > now() FROM rindle_hosts WHERE host = 'h1'").Scan(&live)
+			lost <- err == nil && live
+		},
+		OnHeldFunc: func(context.Context) { held <- struct{}{} },
+	})
+	require.NoError(t, err)
+	require.NoError(t, lease.Start(ctx))
+	t.Cleanup(lease.Stop)
+	require.True(t, lease.Held())
+
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT * FROM rindle_hosts WHERE host = 'h1' FOR UPDATE")
+	require.NoError(t, err)
+	select {
+	case live := <-lost:
+		require.True(t, live, "the holder fenced itself only after its lease had lapsed in the database")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease never fenced its holder")
+	}
+	require.False(t, lease.Held())
+	for len(held) > 0 {
+		<-held
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease was never held again")
+	}
+	require.True(t, lease.Held())
+}

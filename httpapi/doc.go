@@ -9,13 +9,20 @@
 // Auth: HS256 JWTs in the Authorization header; the event stream also takes ?access_token=,
 // since a browser's EventSource cannot set headers (RFC 6750 §2.3). A reader may read only messages whose owner is its subject; producer routes
 // need the producer scope. A read's owner is looked up before anything reveals whether the id
-// exists, and a denied read and a read of a missing id get the same 403, byte for byte.
+// exists, and a denied read and a read of a missing id get the same 403, byte for byte. The
+// owner of a stream opened on this instance is kept with it, so its readers are authorized from
+// memory and can join while the database is away.
 //
 // Errors map to statuses here and nowhere else: 400 for a malformed offset or wait and for
 // invalid UTF-8, 401 without a valid token, 403 as above, 404 for a producer route on a stream
-// not open on this instance (existence is no secret to producers), 409 for a refused open or a
-// push to a sealed stream, 413 for an oversized body (the status RFC 9110 gives it), 503 when
-// the database or view is unavailable.
+// not open on this instance (existence is no secret to producers), 409 for a refused open, a
+// push to a sealed stream, or any producer route on a stream another writer sealed (this
+// instance's lease lapsed: the detail says what the row holds), 413 for an oversized body (the
+// status RFC 9110 gives it), 503 when the database or view is unavailable. A 503 with
+// Retry-After tells a producer that nothing was taken and the same request may succeed shortly:
+// this instance cannot confirm its lease (pushes and opens are refused until it can), or the
+// text is not durable yet (a flush, or a close whose seal this instance keeps retrying until it
+// commits; POST close again to wait for it).
 //
 // The SSE join: Join answers a reader at offset from with the durable prefix the incremental
 // view holds past from, then the live plane's tail, as one frame sequence that keeps contract

@@ -32,23 +32,41 @@
 // trigger; after a failure the store's own word (Committer.DurableSeq) is adopted, so an append
 // that committed while its reply was lost is absorbed, not re-sent. The seal goes straight to
 // the committer's Close, which with checkpoint.Store compacts the whole body and so repairs
-// any failed slice.
+// any failed slice. A seal that fails is retried by its host every CheckpointInterval until it
+// commits: readers get their end frame only then, and it says what the store holds.
+//
+// # Leases and fences
+//
+// A host proves it still holds its streams with a lease (checkpoint.Lease). When it cannot, the
+// lease calls Suspend before the TTL other hosts wait on can lapse: pushes and opens are refused
+// with ErrSuspended, while checkpoints and seals go on (the store's guard fences them). When the
+// lease is held again, Resume asks the committer (Reclaimer) whether each stream is still this
+// host's. One that another writer sealed meanwhile, or whose write the store refuses as sealed,
+// ends at once with a *FencedError: pushes are refused, and readers' end frame carries the row's
+// status and length. An Open whose outcome is unknown is released in the background with an
+// interrupted Close at 0.
 //
 // # Concurrency and lifecycle
 //
 // A Plane owns a checkpoint goroutine per stream while checkpoints are due, and a pump goroutine
 // per relayed reader. Readers pull; a reader whose bounded queue fills is dropped with stale.
 // Drain seals every stream interrupted; Close tears down without writing and returns once every
-// goroutine has. The stream state diagram:
+// goroutine has. Relay frames leave through a bounded outbox drained by one goroutine, so a
+// sick broker never stalls a producer (overflow is dropped; relayed readers go stale and read
+// the durable plane). The stream state diagram:
 //
-//	open ──Push/checkpoints──▶ streaming ──Close/Fail/Drain──▶ sealing ──Committer.Close──▶ ended
-//	                                                                   (ok: end at Seq;
-//	                                                                    error: end at DurableSeq)
+//	open ──Push/checkpoints──▶ streaming ──Close/Fail/Drain──▶ sealing ──Committer.Close ok──▶ ended (end at Seq)
+//	            ▲      │                                         │  ▲
+//	     Resume │      │ Suspend (lease lost)        error: retry │  │ after CheckpointInterval
+//	            │      ▼                                         └──┘
+//	          suspended (pushes refused)
+//	streaming, suspended or sealing ──FencedError (another writer sealed the row)──▶ ended (end = the row)
 //	ended ──Linger──▶ evicted (subscribe answers absent)
 //
 // # Errors
 //
 // Callers branch on ErrOpenRefused (*OpenRefusedError), ErrForbidden (*ForbiddenError),
-// ErrClosed, ErrInvalidText and ErrNotDurable (*NotDurableError, which says how much is durable).
+// ErrClosed, ErrInvalidText, ErrNotDurable (*NotDurableError, which says how much is durable),
+// ErrSuspended (temporary: retry) and ErrFenced (*FencedError, which says what the row holds).
 // New returns a *ConfigError naming the refused field; ParseResume a *ResumeError.
 package producer
