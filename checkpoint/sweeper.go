@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -391,25 +390,12 @@ func (s *Sweeper) run(ctx context.Context, sql string, host *string) (int, error
 // Start sweeps every Interval (jittered) in a goroutine it owns until Stop.
 func (s *Sweeper) Start(ctx context.Context) error {
 	return s.runner.Start(ctx, func(ctx context.Context) {
-		t := time.NewTimer(jitter(s.cfg.Interval))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		startstop.EveryJittered(ctx, s.cfg.Interval, func(ctx context.Context) {
 			if _, err := s.SweepOnce(ctx); err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Error("sweep failed", "err", err)
 			}
-			t.Reset(jitter(s.cfg.Interval))
-		}
+		})
 	})
-}
-
-// jitter draws a wait from [¾d, 1¼d].
-func jitter(d time.Duration) time.Duration {
-	return d*3/4 + rand.N(d/2+1)
 }
 
 // Stop ends the sweeps. Safe to call twice.

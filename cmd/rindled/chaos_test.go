@@ -8,11 +8,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,13 +45,9 @@ const chaosTTL = 2 * time.Second
 
 // chaosHost is one rindled process and the proxies it reaches its servers through.
 type chaosHost struct {
-	name string
-	base string
+	*instance
 	pg   *faultnet.Proxy
 	nats *faultnet.Proxy // nil without a broker
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan struct{}
 	dead bool
 }
 
@@ -94,7 +88,7 @@ func (e *chaosEnv) start(name string) *chaosHost {
 	pg, err := faultnet.New(faultnet.Unix(e.socket))
 	require.NoError(t, err)
 	t.Cleanup(pg.Close)
-	h := &chaosHost{name: name, pg: pg, logs: &syncBuffer{}, done: make(chan struct{})}
+	h := &chaosHost{pg: pg}
 	args := []string{"-addr", "127.0.0.1:0", "-slot", e.db.Slot(), "-host-id", name, "-lease-ttl", chaosTTL.String(),
 		"-demo", "false", "-drain-timeout", "5s", "-connect-timeout", "2s"}
 	if e.nats != nil {
@@ -103,70 +97,20 @@ func (e *chaosEnv) start(name string) *chaosHost {
 		t.Cleanup(h.nats.Close)
 		args = append(args, "-broker-url", "nats://"+h.nats.Addr())
 	}
-	h.cmd = exec.Command(e.bin, args...)
-	h.cmd.Env = append(os.Environ(), fmt.Sprintf("DATABASE_URL=postgres://postgres@%s/%s?sslmode=disable", pg.Addr(), e.db.Name), "RINDLE_JWT_SECRET="+testSecret)
-	out, err := h.cmd.StdoutPipe()
-	require.NoError(t, err)
-	h.cmd.Stderr = h.logs
-	require.NoError(t, h.cmd.Start())
-	urls := make(chan string, 1)
-	go func() {
-		defer close(h.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			_, _ = h.logs.Write(append(sc.Bytes(), '\n'))
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				urls <- m[1]
-			}
-		}
-		_ = h.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = h.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-h.done:
-		case <-time.After(20 * time.Second):
-			_ = h.cmd.Process.Kill()
-			<-h.done
-		}
-		if t.Failed() {
-			t.Logf("--- logs of %s:\n%s", name, h.logs.String())
-		}
-	})
-	select {
-	case h.base = <-urls:
-	case <-h.done:
-		t.Fatalf("%s exited: %s", name, h.logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s never listened: %s", name, h.logs.String())
-	}
+	h.instance = spawn(t, name, e.bin, args, []string{
+		fmt.Sprintf("DATABASE_URL=postgres://postgres@%s/%s?sslmode=disable", pg.Addr(), e.db.Name), "RINDLE_JWT_SECRET=" + testSecret})
 	require.Eventually(t, func() bool { s, _ := e.do(h, "GET", "/readyz", "", ""); return s == http.StatusOK }, 30*time.Second, 50*time.Millisecond, "%s never ready", name)
 	return h
 }
 
 func (e *chaosEnv) kill(h *chaosHost) {
-	require.NoError(e.t, h.cmd.Process.Signal(syscall.SIGKILL))
-	<-h.done
+	h.kill(e.t)
 	h.dead = true
 }
 
 // do sends one request; status 0 means the request failed (a dead instance, a timeout).
 func (e *chaosEnv) do(h *chaosHost, method, path, tok, body string) (int, []byte) {
-	req, err := http.NewRequest(method, h.base+path, strings.NewReader(body))
-	require.NoError(e.t, err)
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return request(e.t, e.client, h.base+path, method, tok, body)
 }
 
 // chaosRun is what the HTTP producer saw.

@@ -81,9 +81,20 @@ func buildRindled(t *testing.T) string {
 func (c *cluster) start(name string) *instance {
 	t := c.t
 	t.Helper()
-	cmd := exec.Command(c.bin, "-addr", "127.0.0.1:0", "-slot", c.db.Slot(), "-broker-url", c.nats.URL(),
-		"-host-id", name, "-lease-ttl", "2s", "-demo", "false", "-drain-timeout", "5s")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+c.db.URL, "RINDLE_JWT_SECRET="+testSecret)
+	in := spawn(t, name, c.bin, []string{"-addr", "127.0.0.1:0", "-slot", c.db.Slot(), "-broker-url", c.nats.URL(),
+		"-host-id", name, "-lease-ttl", "2s", "-demo", "false", "-drain-timeout", "5s"},
+		[]string{"DATABASE_URL=" + c.db.URL, "RINDLE_JWT_SECRET=" + testSecret})
+	require.Eventually(t, func() bool { return c.status(in, "GET", "/readyz", "", "") == http.StatusOK }, 30*time.Second, 50*time.Millisecond)
+	return in
+}
+
+// spawn runs the rindled binary bin with args and env (added to this process's) and returns
+// once it says where it listens. Cleanup sends SIGTERM (SIGKILL after 20 s) and, when the test
+// failed, logs everything it printed.
+func spawn(t *testing.T, name, bin string, args, env []string) *instance {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	in := &instance{name: name, cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
@@ -120,7 +131,6 @@ func (c *cluster) start(name string) *instance {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("%s never listened: %s", name, in.logs.String())
 	}
-	require.Eventually(t, func() bool { return c.status(in, "GET", "/readyz", "", "") == http.StatusOK }, 30*time.Second, 50*time.Millisecond)
 	return in
 }
 
@@ -132,17 +142,23 @@ func (in *instance) kill(t *testing.T) {
 }
 
 func (c *cluster) do(in *instance, method, path, tok, body string) (int, []byte) {
-	req, err := http.NewRequest(method, in.base+path, strings.NewReader(body))
-	require.NoError(c.t, err)
+	return request(c.t, http.DefaultClient, in.base+path, method, tok, body)
+}
+
+// request sends one request with a bearer token and a JSON body (if any). Status 0 means the
+// request failed (a dead instance, a timeout); the body then says why.
+func request(t *testing.T, client *http.Client, url, method, tok, body string) (int, []byte) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return 0, nil
+		return 0, []byte(err.Error())
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

@@ -6,6 +6,7 @@ package startstop
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -56,10 +57,20 @@ func (r *Runner) Stop() bool {
 	return true
 }
 
-// Every calls f every interval until ctx ends. A tick that comes while f still runs is dropped,
-// not queued.
+// Every calls f every interval until ctx ends. The interval runs from the end of one call to
+// the start of the next, so calls never pile up behind a slow f.
 func Every(ctx context.Context, interval time.Duration, f func(ctx context.Context)) {
-	t := time.NewTicker(interval)
+	repeat(ctx, func() time.Duration { return interval }, f)
+}
+
+// EveryJittered is Every with each wait drawn from [¾, 1¼] of mean, so parts started together
+// (sweepers on several instances, a lease renewing on a cadence of its own) never run in phase.
+func EveryJittered(ctx context.Context, mean time.Duration, f func(ctx context.Context)) {
+	repeat(ctx, func() time.Duration { return mean*3/4 + rand.N(mean/2+1) }, f)
+}
+
+func repeat(ctx context.Context, next func() time.Duration, f func(ctx context.Context)) {
+	t := time.NewTimer(next())
 	defer t.Stop()
 	for {
 		select {
@@ -67,6 +78,7 @@ func Every(ctx context.Context, interval time.Duration, f func(ctx context.Conte
 			return
 		case <-t.C:
 			f(ctx)
+			t.Reset(next())
 		}
 	}
 }
