@@ -404,6 +404,11 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 	info := CheckpointInfo{StreamID: s.id, From: from, Seq: to, Duration: now.Sub(start)}
 	s.mu.Lock()
 
+	if s.ended {
+		// Fenced while the round was in flight (Plane.Resume found the row sealed): the end
+		// frame, with what the row holds, was the last word.
+		return true
+	}
 	if err == nil && res.CancelRequested {
 		s.cancelled = true
 	}

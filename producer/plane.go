@@ -275,12 +275,16 @@ func (p *Plane) subscriberDelta(d int, stale bool) {
 	}
 }
 
-// Stream returns the live stream hosted here under id, if any.
+// Stream returns the live stream hosted here under id, if any. A stream whose open failed (and
+// which is being released) is not one.
 func (p *Plane) Stream(id string) (*LiveStream, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s, ok := p.live[id]
-	return s, ok
+	if !ok || s.releasing.Load() {
+		return nil, false
+	}
+	return s, true
 }
 
 // SubscribeInput is what Plane.Subscribe takes.
