@@ -106,7 +106,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	sealed := false
 	var sealErr error
 	var lastDB, lastPlane producer.Seq
-	suspended, swept := false, false
+	suspended, swept, cancelAsked := false, false, false
 	foreign, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: checkpoint.PoolDB(b.db.Pool), Tables: checkpoint.DefaultTables(), HostID: "another-host"})
 	require.NoError(t, err)
 
@@ -144,6 +144,8 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 				st.suspendedPushes++
 			case errors.Is(err, producer.ErrFenced):
 				require.True(t, swept, "seed %d: fenced without another writer", seed)
+			case errors.Is(err, producer.ErrCancelled):
+				require.True(t, cancelAsked, "seed %d: cancelled without a reader's request", seed)
 			default:
 				require.ErrorIs(t, err, producer.ErrClosed)
 				require.True(t, sealed, "seed %d", seed)
@@ -220,6 +222,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			op = "cancel"
 			_, err := b.db.Pool.Exec(t.Context(), "UPDATE messages SET cancel_requested = true WHERE id = $1", id)
 			require.NoError(t, err)
+			cancelAsked = true
 		default:
 			op = "seal"
 			if !sealed {
@@ -275,7 +278,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	}
 	text := produced.String()
 	final := b.durable(t, id)
-	require.Zero(t, final.chunks)
+	require.Zero(t, final.chunks, "seed %d: chunks left behind a %s row (swept %v)", seed, final.status, swept)
 	if final.status == "interrupted" {
 		require.True(t, swept, "seed %d: interrupted without another writer", seed)
 		require.True(t, strings.HasPrefix(text, final.text), "seed %d: the swept body is a prefix", seed)

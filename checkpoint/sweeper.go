@@ -327,15 +327,22 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	msg, chunks, hosts := q(t.Message), q(t.Chunks), q(cfg.HostsTable)
 	// $1 is the host to spare (or to seal, for sweepHost), $2 the forget delay in seconds.
 	stmt := func(dead string) string {
-		return fmt.Sprintf(`WITH dead AS (
-		SELECT m.%[3]s AS id FROM %[1]s m
+		// seen is the statement's snapshot of the candidates; dead locks them. A row an append
+		// moved between the two (its transaction committed after the snapshot, before the lock)
+		// is left for the next sweep: the snapshot's chunks would miss its newest one.
+		return fmt.Sprintf(`WITH seen AS (
+		SELECT m.%[3]s AS id, m.%[12]s AS seq FROM %[1]s m
 		WHERE m.%[4]s = 'streaming' AND m.%[5]s IS NOT NULL AND %[11]s
+	), dead AS (
+		SELECT m.%[3]s AS id FROM %[1]s m JOIN seen ON seen.id = m.%[3]s
+		WHERE m.%[4]s = 'streaming'
 		FOR UPDATE OF m SKIP LOCKED
 	), sealed AS (
 		UPDATE %[1]s m SET %[7]s = m.%[7]s || coalesce(
 			(SELECT string_agg(ch.%[8]s, '' ORDER BY ch.%[9]s) FROM %[2]s ch WHERE ch.%[10]s = m.%[3]s), ''),
 			%[4]s = 'interrupted'
-		FROM dead WHERE m.%[3]s = dead.id
+		FROM dead JOIN seen ON seen.id = dead.id
+		WHERE m.%[3]s = dead.id AND m.%[12]s = seen.seq
 		RETURNING m.%[3]s AS id
 	), gone AS (
 		DELETE FROM %[2]s ch USING sealed WHERE ch.%[10]s = sealed.id
@@ -344,7 +351,7 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 		  AND NOT EXISTS (SELECT 1 FROM %[1]s m WHERE m.%[5]s = h.host AND m.%[4]s = 'streaming')
 	)
 	SELECT count(*) FROM sealed`,
-			msg, chunks, q(c.Key), q(c.Status), q(c.Host), hosts, q(c.Body), q(c.ChunkText), q(c.ChunkSeq), q(c.ChunkStream), dead)
+			msg, chunks, q(c.Key), q(c.Status), q(c.Host), hosts, q(c.Body), q(c.ChunkText), q(c.ChunkSeq), q(c.ChunkStream), dead, q(c.Seq))
 	}
 	sweep := stmt(fmt.Sprintf("m.%[1]s IS DISTINCT FROM $1 AND NOT EXISTS (SELECT 1 FROM %[2]s h WHERE h.host = m.%[1]s AND h.lease_until > now())", q(c.Host), hosts))
 	sweepHost := stmt(fmt.Sprintf("m.%s = $1", q(c.Host)))

@@ -28,7 +28,30 @@ var (
 	// once the lease is held again and the store confirms the stream is still this host's,
 	// pushes are taken again; if another host sealed it meanwhile, the stream ends fenced.
 	ErrSuspended = errors.New("this host cannot confirm it still holds the stream")
+	// ErrCancelled: a reader asked the producer to stop, and the plane has seen it. No more text
+	// is taken; seal the stream with Close (status cancelled).
+	ErrCancelled = errors.New("stream cancelled by a reader")
+	// ErrOffsetConflict: a push's expected offset does not fit the stream (see
+	// OffsetConflictError).
+	ErrOffsetConflict = errors.New("expected offset does not match the stream")
 )
+
+// OffsetConflictError is a PushAt whose text cannot be placed at its offset: the offset is past
+// the stream's length, below what the plane retains, inside a character, or the text there is
+// different. Seq is the stream's length, where the producer should resume.
+type OffsetConflictError struct {
+	StreamID string
+	At       Seq
+	Seq      Seq
+	Reason   string
+}
+
+func (e *OffsetConflictError) Error() string {
+	return fmt.Sprintf("stream %s: push at %d: %s (the stream is at %d)", e.StreamID, e.At, e.Reason, e.Seq)
+}
+
+// Is makes errors.Is(err, ErrOffsetConflict) true.
+func (e *OffsetConflictError) Is(target error) bool { return target == ErrOffsetConflict }
 
 // FencedError is ErrFenced with what the store holds: the status and length another writer
 // sealed the row with. A stream that meets it ends at once, and its readers' end frame carries

@@ -28,6 +28,7 @@ type LiveStream struct {
 	durableSeq Seq
 	ended      bool
 	cancelled  bool
+	cancelCh   chan struct{} // closed once cancelled
 	detached   bool // the plane closed: no more commits, timers or readers
 	subs       []*subscriber
 	sealing    *sealRequest
@@ -72,7 +73,7 @@ type flushWaiter struct {
 }
 
 func newLiveStream(p *Plane, id string, user, meta any) *LiveStream {
-	return &LiveStream{p: p, id: id, user: user, meta: meta, sealDone: make(chan struct{})}
+	return &LiveStream{p: p, id: id, user: user, meta: meta, sealDone: make(chan struct{}), cancelCh: make(chan struct{})}
 }
 
 // ID is the stream id: the message row's key.
@@ -83,9 +84,15 @@ func (s *LiveStream) Meta() any { return s.meta }
 
 // Ended reports whether the stream has ended: sealed, fenced, or released.
 func (s *LiveStream) Ended() bool {
+	_, ok := s.terminal()
+	return ok
+}
+
+// terminal returns the terminal frame once the stream has ended.
+func (s *LiveStream) terminal() (Frame, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ended
+	return s.endFrame, s.ended
 }
 
 // Seq is the total produced length.
@@ -102,34 +109,116 @@ func (s *LiveStream) DurableSeq() Seq {
 	return s.durableSeq
 }
 
-// Cancelled reports whether a checkpoint round trip has seen a reader's request to stop. Pump
-// stops on it; a hand-written generation loop should check it.
+// Cancelled reports whether the plane has seen a reader's request to stop (at a checkpoint's
+// read-back, or from Cancel). From then on pushes are refused with ErrCancelled. Pump stops on
+// it; a hand-written generation loop should check it, or wait on CancelRequested.
 func (s *LiveStream) Cancelled() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cancelled
 }
 
+// CancelRequested is closed once the plane has seen a reader's request to stop.
+func (s *LiveStream) CancelRequested() <-chan struct{} { return s.cancelCh }
+
+// Cancel records a reader's request to stop that reached this process directly (the durable
+// flag is the caller's to write; other hosts see it at their next checkpoint).
+func (s *LiveStream) Cancel() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancelLocked()
+}
+
+func (s *LiveStream) cancelLocked() {
+	if !s.cancelled {
+		s.cancelled = true
+		close(s.cancelCh)
+	}
+}
+
+// Done is closed once the stream has ended: sealed, fenced, or released.
+func (s *LiveStream) Done() <-chan struct{} { return s.sealDone }
+
 // Push appends a delta. It reaches every reader at once and is checkpointed by policy. It returns
-// ErrInvalidText for invalid UTF-8 and ErrClosed once the stream is sealing; in both cases
-// nothing of text was taken.
+// ErrInvalidText for invalid UTF-8, ErrClosed once the stream is sealing, ErrCancelled once a
+// reader's cancel was seen, ErrSuspended while the host cannot prove its lease, and ErrFenced
+// once another writer sealed the stream; in every case nothing of text was taken.
 func (s *LiveStream) Push(text string) error {
 	if !utf8.ValidString(text) {
 		return fmt.Errorf("stream %s: %w", s.id, ErrInvalidText)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.fence != nil {
+	if err := s.refusePushLocked(); err != nil {
+		return err
+	}
+	s.pushLocked(text)
+	return nil
+}
+
+// PushAt is the idempotent push: text is what the producer believes starts at offset at. A
+// retry of a push that was taken (its reply lost) is absorbed: where the stream already holds
+// text at that offset, it must be the same text, and only the part past the stream's length is
+// pushed. It returns how many UTF-16 units were new (0 for a retry absorbed whole), and an
+// *OffsetConflictError (ErrOffsetConflict) when text cannot be placed at at: nothing is taken
+// then, and the error says where the stream is. Otherwise it fails as Push does.
+func (s *LiveStream) PushAt(at Seq, text string) (Seq, error) {
+	if !utf8.ValidString(text) {
+		return 0, fmt.Errorf("stream %s: %w", s.id, ErrInvalidText)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.refusePushLocked(); err != nil {
+		return 0, err
+	}
+	conflict := func(reason string) (Seq, error) {
+		return 0, &OffsetConflictError{StreamID: s.id, At: at, Seq: s.seq, Reason: reason}
+	}
+	switch {
+	case at > s.seq:
+		return conflict("past the end: text between would be missing")
+	case at == s.seq:
+		s.pushLocked(text)
+		return s.seq - at, nil
+	case at < s.buf.from:
+		return conflict("below the text this host retains, so a retry cannot be checked")
+	}
+	floor, off := s.buf.locate(at)
+	if floor != at {
+		return conflict("inside a surrogate pair")
+	}
+	held := s.buf.b[off:] // the stream's text from at: whole characters
+	if len(text) <= len(held) {
+		if string(held[:len(text)]) != text {
+			return conflict("different text is already there")
+		}
+		return 0, nil // a retry, absorbed whole
+	}
+	if text[:len(held)] != string(held) {
+		return conflict("different text is already there")
+	}
+	before := s.seq
+	s.pushLocked(text[len(held):])
+	return s.seq - before, nil
+}
+
+func (s *LiveStream) refusePushLocked() error {
+	switch {
+	case s.fence != nil:
 		return fmt.Errorf("push: %w", s.fence)
-	}
-	if s.sealing != nil || s.ended || s.detached {
+	case s.sealing != nil || s.ended || s.detached:
 		return fmt.Errorf("stream %s: push: %w", s.id, ErrClosed)
-	}
-	if s.suspended != nil {
+	case s.cancelled:
+		return fmt.Errorf("stream %s: push: %w", s.id, ErrCancelled)
+	case s.suspended != nil:
 		return fmt.Errorf("stream %s: push refused: %w: %w", s.id, ErrSuspended, s.suspended)
 	}
+	return nil
+}
+
+func (s *LiveStream) pushLocked(text string) {
 	if text == "" {
-		return nil
+		return
 	}
 	from := s.seq
 	s.seq += s.buf.append(text)
@@ -142,7 +231,6 @@ func (s *LiveStream) Push(text string) error {
 	} else {
 		s.armLocked()
 	}
-	return nil
 }
 
 // Flush forces a checkpoint and returns once the store holds everything produced so far, with
@@ -193,7 +281,9 @@ func (s *LiveStream) Pump(ctx context.Context, deltas iter.Seq2[string, error]) 
 		if err != nil {
 			return err
 		}
-		if err := s.Push(d); err != nil {
+		if err := s.Push(d); errors.Is(err, ErrCancelled) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 		if s.Cancelled() {
@@ -410,7 +500,7 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 		return true
 	}
 	if err == nil && res.CancelRequested {
-		s.cancelled = true
+		s.cancelLocked()
 	}
 	confirmed := to
 	switch {
@@ -600,11 +690,13 @@ func (s *LiveStream) suspend(cause error, gen uint64) {
 	s.suspended, s.suspendGen = cause, gen
 }
 
-// isSuspended reports whether the stream waits to be reclaimed.
+// isSuspended reports whether the stream waits to be reclaimed. A sealing stream does not: it
+// takes no pushes anyway, and its seal's own read-back tells its commit from a fence (a reclaim
+// racing it would take this host's own seal for another writer's).
 func (s *LiveStream) isSuspended() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.suspended != nil && !s.ended
+	return s.suspended != nil && !s.ended && s.sealing == nil
 }
 
 // resume takes pushes again, unless a later Suspend has come since gen.

@@ -144,6 +144,9 @@ func (p *Plane) register(ctx context.Context, in OpenStreamInput) (*LiveStream, 
 		}
 		if !old.releasing.Load() {
 			p.mu.Unlock()
+			if end, ok := old.terminal(); ok {
+				return nil, &OpenRefusedError{StreamID: in.StreamID, Reason: fmt.Sprintf("it is sealed (%s at %d): a regeneration is a new message id", end.Status, end.Seq)}
+			}
 			return nil, &OpenRefusedError{StreamID: in.StreamID, Reason: "it is already open on this host"}
 		}
 		select {
