@@ -29,7 +29,7 @@ type LiveStream struct {
 	ended      bool
 	cancelled  bool
 	cancelCh   chan struct{} // closed once cancelled
-	detached   bool // the plane closed: no more commits, timers or readers
+	detached   bool          // the plane closed: no more commits, timers or readers
 	subs       []*subscriber
 	sealing    *sealRequest
 	sealDone   chan struct{} // closed once ended
