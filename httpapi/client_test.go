@@ -48,27 +48,35 @@ func TestGeneratedClientDrivesTheAPI(t *testing.T) {
 	require.NoError(t, err)
 
 	id := "gen-1"
-	created, err := prod.CreateMessageWithResponse(ctx, &apiclient.CreateMessageParams{}, apiclient.CreateBody{Id: &id, Owner: "alice"})
+	created, err := prod.CreateMessageWithResponse(ctx, apiclient.CreateBody{Id: &id, Owner: "alice"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
 	require.Equal(t, id, created.JSON201.Id)
 
-	opened, err := prod.OpenStreamWithResponse(ctx, id, &apiclient.OpenStreamParams{})
+	opened, err := prod.OpenStreamWithResponse(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, opened.StatusCode(), string(opened.Body))
 
-	appended, err := prod.AppendStreamWithResponse(ctx, id, &apiclient.AppendStreamParams{}, apiclient.AppendStreamRequest{Text: "generated 😀"})
+	at := int64(0)
+	appended, err := prod.AppendStreamWithResponse(ctx, id, apiclient.AppendBody{Text: "generated 😀", ExpectedSeq: &at})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, appended.StatusCode(), string(appended.Body))
 	require.EqualValues(t, 12, appended.JSON200.Seq)
+	require.EqualValues(t, 12, appended.JSON200.Applied)
+	// The same request again (its answer lost, say) is absorbed, not doubled.
+	again, err := prod.AppendStreamWithResponse(ctx, id, apiclient.AppendBody{Text: "generated 😀", ExpectedSeq: &at})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, again.StatusCode(), string(again.Body))
+	require.EqualValues(t, 12, again.JSON200.Seq)
+	require.EqualValues(t, 0, again.JSON200.Applied)
 
 	// Subscribe through the generated client's raw event stream, then close.
-	from := 0
+	from := int64(0)
 	resp, err := reader.StreamEvents(ctx, id, &apiclient.StreamEventsParams{From: &from})
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	closed, err := prod.CloseStreamWithResponse(ctx, id, &apiclient.CloseStreamParams{}, apiclient.CloseStreamRequest{})
+	closed, err := prod.CloseStreamWithResponse(ctx, id, apiclient.CloseBody{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, closed.StatusCode(), string(closed.Body))
 
@@ -91,7 +99,7 @@ func TestGeneratedClientDrivesTheAPI(t *testing.T) {
 	require.Equal(t, "generated 😀", text)
 
 	// A durable-only reader long-polls the view until replication has brought all 12 units.
-	after, wait := "11", "10s"
+	after, wait := int64(11), "10s"
 	view, err := reader.GetStreamWithResponse(ctx, id, &apiclient.GetStreamParams{After: &after, Wait: &wait})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, view.StatusCode())
@@ -102,5 +110,5 @@ func TestGeneratedClientDrivesTheAPI(t *testing.T) {
 	forbidden, err := denied.GetStreamWithResponse(ctx, id, &apiclient.GetStreamParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, forbidden.StatusCode())
-	require.NotNil(t, forbidden.ApplicationproblemJSONDefault, "problem details decode as the documented error model")
+	require.NotNil(t, forbidden.ApplicationproblemJSON403, "problem details decode as the documented error model")
 }

@@ -63,13 +63,13 @@ func TestStreamingIngestStopsAtInvalidUTF8AndKeepsWhatCameBefore(t *testing.T) {
 	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id, owner) VALUES ('m', 'alice')")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m/open", prod, nil).status)
-	r := c.do("POST", "/v1/streams/m/ingest", prod, []byte("good \xff bad"))
+	r := c.doType("POST", "/v1/streams/m/ingest", prod, "text/plain; charset=utf-8", []byte("good \xff bad"))
 	require.Equal(t, http.StatusBadRequest, r.status)
 	require.Contains(t, r.json(t)["detail"], "after 5 code units")
 	st, _ := w.plane.Stream("m")
 	require.Equal(t, producer.Seq(5), st.Seq(), "the valid prefix was pushed, the rest refused")
 	require.Equal(t, http.StatusForbidden, c.do("POST", "/v1/streams/m/ingest", token(t, "alice", ""), []byte("x")).status)
-	require.Equal(t, http.StatusNotFound, c.do("POST", "/v1/streams/other/ingest", prod, []byte("x")).status)
+	require.Equal(t, http.StatusNotFound, c.doType("POST", "/v1/streams/other/ingest", prod, "text/plain", []byte("x")).status)
 }
 
 func TestReadyzAndMetrics(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/rindle-sh/rindle-go/ivm"
 	"github.com/rindle-sh/rindle-go/producer"
@@ -16,6 +17,8 @@ type ViewReader interface {
 	Get(ctx context.Context, id string) (ivm.Message, error)
 	// Wait returns once the durable length passes after or the status is terminal.
 	Wait(ctx context.Context, id string, after producer.Seq) (ivm.Message, error)
+	// WaitFunc returns the message once done holds for it, re-checking after every change.
+	WaitFunc(ctx context.Context, id string, done func(ivm.Message) bool) (ivm.Message, error)
 }
 
 // LiveSubscriber is what a join needs from the live plane (producer.Plane).
@@ -36,6 +39,15 @@ type Joined struct {
 	done   bool
 	closed bool
 
+	// A reader that joined before the stream was live here follows the view, and moves onto
+	// the live tail once the stream opens: on this instance (opened fires), or elsewhere (the
+	// view shows it streaming, and the relay can serve it). A failed attempt waits
+	// retryLiveEvery before the next (each costs the relay a lookup).
+	subscriber LiveSubscriber
+	opened     <-chan struct{}
+	stopOpen   func()
+	nextTry    time.Time
+
 	// A relayed tail (the stream is live on another instance) is watched through the view:
 	// if its producer dies, no end frame will ever be relayed, and the seal the sweeper
 	// writes reaches this instance only by replication. sealed ends when the view turns
@@ -53,6 +65,11 @@ type hoster interface {
 	Stream(id string) (*producer.LiveStream, bool)
 }
 
+// openWatcher tells a join that a stream opened on this instance (producer.Plane.WatchOpen).
+type openWatcher interface {
+	WatchOpen(id string) (<-chan struct{}, func())
+}
+
 // Join joins a reader at from. The caller has authorized the reader: Join reveals whether
 // the message exists (ivm.ErrNotFound), so the HTTP layer must answer a denied and a missing id
 // the same way before calling it.
@@ -62,7 +79,11 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 		return nil, err
 	}
 	ivmSeq := producer.Len16(m.Text)
-	j := &Joined{view: view, id: id}
+	j := &Joined{view: view, id: id, subscriber: live}
+	if w, ok := live.(openWatcher); ok && !m.Status.Terminal() {
+		// Before subscribing, so an open landing in between is not missed.
+		j.opened, j.stopOpen = w.WatchOpen(id)
+	}
 	// The reader's offset within the durable text, moved down to a character boundary.
 	floor := producer.Len16(producer.Slice16(m.Text, 0, max(from, 0)))
 	liveFrom := ivmSeq
@@ -76,6 +97,7 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 	first, err := sub.Next(ctx)
 	if err != nil {
 		sub.Close()
+		j.Close()
 		return nil, fmt.Errorf("stream %s: join: %w", id, err)
 	}
 	relayed := false
@@ -105,14 +127,7 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 			j.queue = append(j.queue, producer.Frame{Type: producer.FrameChunk, From: start, Seq: at, Text: producer.Slice16(m.Text, start, at)})
 		}
 		j.pos = at
-		j.live = sub
-		if relayed {
-			j.relayed = true
-			watchCtx, stop := context.WithCancel(ctx)
-			sealed, seal := context.WithCancel(context.Background())
-			j.sealed, j.stopWatch = sealed, func() { stop(); seal() }
-			go j.watch(watchCtx, seal)
-		}
+		j.goLive(ctx, sub, relayed)
 	case producer.FrameAbsent:
 		// Not hosted here (another instance, or sealed and evicted): the view serves everything.
 		sub.Close()
@@ -125,7 +140,52 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 		j.queue = append(j.queue, first)
 		j.done = true
 	}
+	if j.live != nil || j.done {
+		j.stopOpenWatch()
+	}
 	return j, nil
+}
+
+// goLive makes sub this reader's tail; a relayed one is watched through the view.
+func (j *Joined) goLive(ctx context.Context, sub *producer.Subscription, relayed bool) {
+	j.live = sub
+	if relayed {
+		j.relayed = true
+		watchCtx, stop := context.WithCancel(ctx)
+		sealed, seal := context.WithCancel(context.Background())
+		j.sealed, j.stopWatch = sealed, func() { stop(); seal() }
+		go j.watch(watchCtx, seal)
+	}
+}
+
+func (j *Joined) stopOpenWatch() {
+	if j.stopOpen != nil {
+		j.stopOpen()
+		j.stopOpen, j.opened = nil, nil
+	}
+}
+
+// tryLive moves a reader that follows the view onto the live tail from what it was sent, if
+// the live plane (here or relayed) can serve it now.
+func (j *Joined) tryLive(ctx context.Context) {
+	sub, err := j.subscriber.Subscribe(ctx, producer.SubscribeInput{StreamID: j.id, From: j.pos})
+	if err != nil {
+		return
+	}
+	first, err := sub.Next(ctx)
+	if err != nil || first.Type != producer.FrameOpen || first.From > j.pos {
+		sub.Close()
+		return
+	}
+	relayed := true
+	if h, ok := j.subscriber.(hoster); ok {
+		_, local := h.Stream(j.id)
+		relayed = !local
+	}
+	j.stopOpenWatch()
+	// The open frame stays behind: this reader had its open. What the live plane replays below
+	// j.pos is trimmed in Next.
+	j.goLive(ctx, sub, relayed)
 }
 
 // Next returns the next frame; io.EOF after the terminal one.
@@ -160,6 +220,13 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 				return producer.Frame{}, err
 			}
 			if f.Type == producer.FrameChunk {
+				if f.Seq <= j.pos {
+					continue // already sent (from the view, before the tail took over)
+				}
+				if f.From < j.pos {
+					f.Text = producer.Slice16(f.Text, j.pos-f.From, f.Seq-f.From)
+					f.From = j.pos
+				}
 				j.pos = f.Seq
 			}
 			if f.Terminal() {
@@ -201,11 +268,35 @@ func (j *Joined) watch(ctx context.Context, seal context.CancelFunc) {
 }
 
 // follow waits for the view to pass what was sent and queues the difference: the durable plane
-// streamed at checkpoint granularity, for a stream produced elsewhere.
+// streamed at checkpoint granularity, for a stream produced elsewhere. It also moves the reader
+// onto the live tail once one can serve it: when the stream opens here, or when the view shows
+// it streaming (once per change of the view).
 func (j *Joined) follow(ctx context.Context) error {
-	m, err := j.view.Wait(ctx, j.id, j.pos)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if j.opened != nil {
+		opened := j.opened
+		go func() {
+			select {
+			case <-opened:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+	}
+	m, err := j.view.WaitFunc(wctx, j.id, func(m ivm.Message) bool {
+		return m.Seq > j.pos || m.Status.Terminal() || (m.Status == producer.StatusStreaming && !time.Now().Before(j.nextTry))
+	})
+	openedHere := false
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		openedHere = true // the local open cut the wait short
+		m, err = j.view.Get(ctx, j.id)
+		if err != nil {
+			return err
+		}
 	}
 	if n := producer.Len16(m.Text); n > j.pos {
 		j.queue = append(j.queue,
@@ -218,13 +309,24 @@ func (j *Joined) follow(ctx context.Context) error {
 		// never made durable (it died) learns where the durable text ends.
 		j.queue = append(j.queue, producer.Frame{Type: producer.FrameEnd, Seq: n, Status: m.Status, Error: m.Error})
 		j.done = true
+		j.stopOpenWatch()
+		return nil
+	}
+	if j.subscriber != nil && (openedHere || m.Status == producer.StatusStreaming && !time.Now().Before(j.nextTry)) {
+		j.nextTry = time.Now().Add(retryLiveEvery)
+		j.tryLive(ctx)
 	}
 	return nil
 }
 
+// retryLiveEvery spaces the attempts of a reader that follows the view of a streaming message
+// to join its live tail.
+const retryLiveEvery = 2 * time.Second
+
 // Close releases the live subscription. Idempotent.
 func (j *Joined) Close() {
 	j.closed = true
+	j.stopOpenWatch()
 	if j.stopWatch != nil {
 		j.stopWatch()
 	}

@@ -41,13 +41,23 @@ type reply struct {
 
 func (c client) do(method, path, tok string, body []byte) reply {
 	c.t.Helper()
+	ctype := ""
+	if body != nil {
+		ctype = "application/json"
+	}
+	return c.doType(method, path, tok, ctype, body)
+}
+
+// doType sends body with the given Content-Type ("" for none).
+func (c client) doType(method, path, tok, ctype string, body []byte) reply {
+	c.t.Helper()
 	req, err := http.NewRequestWithContext(c.t.Context(), method, c.base+path, bytes.NewReader(body))
 	require.NoError(c.t, err)
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(c.t, err)
@@ -123,11 +133,13 @@ func TestHTTPRoutesAndErrors(t *testing.T) {
 	r = c.do("GET", "/v1/streams/m1?after=0&wait=10s", alice, nil)
 	require.Equal(t, http.StatusOK, r.status, string(r.body))
 	require.Equal(t, "hello 😀", r.json(t)["text"])
+	// Parameters that break the documented schema are refused by it: 422 problem details that
+	// name the parameter.
 	r = c.do("GET", "/v1/streams/m1?after=abc&wait=1s", alice, nil)
-	require.Equal(t, http.StatusBadRequest, r.status)
-	require.Contains(t, r.json(t)["detail"], `after "abc"`)
-	require.Equal(t, http.StatusBadRequest, c.do("GET", "/v1/streams/m1?after=-1&wait=1s", alice, nil).status)
-	require.Equal(t, http.StatusBadRequest, c.do("GET", "/v1/streams/m1?after=1&wait=soon", alice, nil).status)
+	require.Equal(t, http.StatusUnprocessableEntity, r.status)
+	require.Contains(t, string(r.body), "query.after")
+	require.Equal(t, http.StatusUnprocessableEntity, c.do("GET", "/v1/streams/m1?after=-1&wait=1s", alice, nil).status)
+	require.Equal(t, http.StatusUnprocessableEntity, c.do("GET", "/v1/streams/m1?after=1&wait=soon", alice, nil).status)
 
 	// Denied and missing answer identically, on the JSON route and the SSE route alike.
 	denied := c.do("GET", "/v1/streams/m1", mallory, nil)
@@ -143,12 +155,17 @@ func TestHTTPRoutesAndErrors(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.status)
 	require.Equal(t, "application/problem+json", r.ctype)
 
-	// Cancel by the owner sets the flag the producer reads at its next checkpoint.
+	// Cancel by the owner: the producer here sees it at once. Its next append is refused with
+	// 409 and says so (with where the stream is), and every answer carries the flag.
 	require.Equal(t, http.StatusAccepted, c.do("POST", "/v1/streams/m1/cancel", alice, nil).status)
 	require.Equal(t, http.StatusForbidden, c.do("POST", "/v1/streams/m1/cancel", mallory, nil).status)
 	r = c.do("POST", "/v1/streams/m1/append", prod, []byte(`{"text":" more"}`))
+	require.Equal(t, http.StatusConflict, r.status, string(r.body))
+	require.Equal(t, true, r.json(t)["cancelled"])
+	require.EqualValues(t, 8, r.json(t)["seq"])
+	r = c.do("POST", "/v1/streams/m1/flush", prod, nil)
 	require.Equal(t, http.StatusOK, r.status)
-	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m1/flush", prod, nil).status)
+	require.Equal(t, true, r.json(t)["cancelled"])
 	st, _ := w.plane.Stream("m1")
 	require.True(t, st.Cancelled())
 
@@ -161,13 +178,14 @@ func TestHTTPRoutesAndErrors(t *testing.T) {
 	}
 	require.NoError(t, err)
 	require.Equal(t, producer.StatusCancelled, m.Status)
-	require.Equal(t, "hello 😀 more", m.Text)
+	require.Equal(t, "hello 😀", m.Text, "nothing pushed after the cancel was kept")
 
 	// An SSE read of the sealed stream is served whole.
 	r = c.do("GET", "/v1/streams/m1/events", alice, nil)
 	require.Equal(t, http.StatusOK, r.status)
 	require.Equal(t, "text/event-stream; charset=utf-8", r.ctype)
-	require.Contains(t, string(r.body), `"type":"end","seq":13,"status":"cancelled"`)
+	require.Contains(t, string(r.body), `"type":"end","seq":8,"status":"cancelled"`)
+	require.Equal(t, http.StatusConflict, c.do("POST", "/v1/streams/m1/cancel", alice, nil).status, "a sealed stream cannot be cancelled")
 	// EventSource cannot set headers: the token may come as ?access_token=, checked the same way.
 	viaQuery := c.do("GET", "/v1/streams/m1/events?access_token="+alice, "", nil)
 	require.Equal(t, r.status, viaQuery.status)

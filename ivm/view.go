@@ -226,6 +226,12 @@ func (v *View) Get(ctx context.Context, id string) (Message, error) {
 // Wait returns once the message's durable length passes after or its status is terminal (a
 // long-poll), or when ctx ends, with the latest view and ctx's error.
 func (v *View) Wait(ctx context.Context, id string, after producer.Seq) (Message, error) {
+	return v.WaitFunc(ctx, id, func(m Message) bool { return m.Seq > after || m.Status.Terminal() })
+}
+
+// WaitFunc returns the message once done holds for it, re-checking after every change to the
+// entry; at ctx's end it returns the latest message with ctx's cause.
+func (v *View) WaitFunc(ctx context.Context, id string, done func(Message) bool) (Message, error) {
 	for {
 		e, err := v.entryFor(ctx, id)
 		if err != nil {
@@ -234,7 +240,7 @@ func (v *View) Wait(ctx context.Context, id string, after producer.Seq) (Message
 		v.mu.Lock()
 		m, ch := e.message(), e.changed
 		v.mu.Unlock()
-		if m.Seq > after || m.Status.Terminal() {
+		if done(m) {
 			return m, nil
 		}
 		select {

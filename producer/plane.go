@@ -24,6 +24,7 @@ type Plane struct {
 	mu      sync.Mutex
 	live    map[string]*LiveStream
 	relayed map[*subscriber]struct{}
+	opens   map[string]map[chan struct{}]struct{} // WatchOpen's watchers, by stream id
 	closed  bool
 	// suspended is set between Suspend and Resume: opens are refused. suspendGen counts
 	// Suspends, so a Resume never lifts a later Suspend.
@@ -56,6 +57,7 @@ func New(cfg Config) (*Plane, error) {
 		cancel:  cancel,
 		live:    make(map[string]*LiveStream),
 		relayed: make(map[*subscriber]struct{}),
+		opens:   make(map[string]map[chan struct{}]struct{}),
 	}
 	if c.Relay != nil && c.Relay.Publish != nil {
 		p.outbox = make(chan relayOut, c.RelayQueue)
@@ -114,6 +116,10 @@ func (p *Plane) Open(ctx context.Context, in OpenStreamInput) (*LiveStream, erro
 		s.suspended, s.suspendGen = p.suspended, p.suspendGen
 	}
 	s.mu.Unlock()
+	for ch := range p.opens[in.StreamID] {
+		close(ch)
+	}
+	delete(p.opens, in.StreamID)
 	p.mu.Unlock()
 	p.streamDelta(1)
 	// Beyond the seed: the relay hears the open too, so a reader on another instance who joins
@@ -278,6 +284,35 @@ func (p *Plane) subscriberDelta(d int, stale bool) {
 	}
 }
 
+// WatchOpen returns a channel that is closed once a stream with id opens on this plane (or the
+// plane closes), and a function that stops watching. A reader that joined before the producer
+// opened uses it to move from the durable view onto the live tail.
+func (p *Plane) WatchOpen(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		close(ch)
+		return ch, func() {}
+	}
+	if p.opens[id] == nil {
+		p.opens[id] = map[chan struct{}]struct{}{}
+	}
+	p.opens[id][ch] = struct{}{}
+	return ch, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if w := p.opens[id]; w != nil {
+			if _, ok := w[ch]; ok {
+				delete(w, ch)
+				if len(w) == 0 {
+					delete(p.opens, id)
+				}
+			}
+		}
+	}
+}
+
 // Stream returns the live stream hosted here under id, if any. A stream whose open failed (and
 // which is being released) is not one.
 func (p *Plane) Stream(id string) (*LiveStream, bool) {
@@ -364,6 +399,12 @@ func (p *Plane) Close() {
 	p.live = map[string]*LiveStream{}
 	relayed := p.relayed
 	p.relayed = map[*subscriber]struct{}{}
+	for _, w := range p.opens {
+		for ch := range w {
+			close(ch)
+		}
+	}
+	p.opens = map[string]map[chan struct{}]struct{}{}
 	p.mu.Unlock()
 	p.cancel(errPlaneClosed)
 	for _, s := range streams {

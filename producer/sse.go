@@ -94,6 +94,9 @@ type SSEConfig struct {
 	// WriteTimeout bounds each event write, so a client that stopped reading releases the
 	// handler instead of holding it forever. Defaults to DefaultSSEWriteTimeout.
 	WriteTimeout time.Duration
+	// Retry, if set, is sent first as the SSE retry field: how long a browser's EventSource waits
+	// before it reconnects. Zero sends none (the browser's default applies).
+	Retry time.Duration
 	// Clock drives the keep-alive. Nil means real time.
 	Clock Clock
 }
@@ -147,6 +150,15 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 		return err
 	}
 	buf := make([]byte, 0, 512)
+	if cfg.Retry > 0 {
+		buf = append(buf, "retry: "...)
+		buf = strconv.AppendInt(buf, cfg.Retry.Milliseconds(), 10)
+		buf = append(buf, "\n\n"...)
+		if err := write(buf); err != nil {
+			return err
+		}
+		buf = buf[:0]
+	}
 	for {
 		next, cancel := context.WithCancelCause(ctx)
 		timer := clock.AfterFunc(cfg.KeepAlive, func() { cancel(errKeepAlive) })

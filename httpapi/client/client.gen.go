@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,14 +18,198 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
-// AppendStreamRequest defines model for AppendStreamRequest.
-type AppendStreamRequest struct {
-	// Text The delta to push.
+// Defines values for AbsentFrameType.
+const (
+	Absent AbsentFrameType = "absent"
+)
+
+// Valid indicates whether the value is a known member of the AbsentFrameType enum.
+func (e AbsentFrameType) Valid() bool {
+	switch e {
+	case Absent:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ChunkFrameType.
+const (
+	Chunk ChunkFrameType = "chunk"
+)
+
+// Valid indicates whether the value is a known member of the ChunkFrameType enum.
+func (e ChunkFrameType) Valid() bool {
+	switch e {
+	case Chunk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DurableFrameType.
+const (
+	Durable DurableFrameType = "durable"
+)
+
+// Valid indicates whether the value is a known member of the DurableFrameType enum.
+func (e DurableFrameType) Valid() bool {
+	switch e {
+	case Durable:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EndFrameStatus.
+const (
+	EndFrameStatusCancelled   EndFrameStatus = "cancelled"
+	EndFrameStatusComplete    EndFrameStatus = "complete"
+	EndFrameStatusError       EndFrameStatus = "error"
+	EndFrameStatusInterrupted EndFrameStatus = "interrupted"
+)
+
+// Valid indicates whether the value is a known member of the EndFrameStatus enum.
+func (e EndFrameStatus) Valid() bool {
+	switch e {
+	case EndFrameStatusCancelled:
+		return true
+	case EndFrameStatusComplete:
+		return true
+	case EndFrameStatusError:
+		return true
+	case EndFrameStatusInterrupted:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EndFrameType.
+const (
+	End EndFrameType = "end"
+)
+
+// Valid indicates whether the value is a known member of the EndFrameType enum.
+func (e EndFrameType) Valid() bool {
+	switch e {
+	case End:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OpenFrameType.
+const (
+	Open OpenFrameType = "open"
+)
+
+// Valid indicates whether the value is a known member of the OpenFrameType enum.
+func (e OpenFrameType) Valid() bool {
+	switch e {
+	case Open:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StaleFrameType.
+const (
+	Stale StaleFrameType = "stale"
+)
+
+// Valid indicates whether the value is a known member of the StaleFrameType enum.
+func (e StaleFrameType) Valid() bool {
+	switch e {
+	case Stale:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ViewOutputBodyStatus.
+const (
+	ViewOutputBodyStatusCancelled   ViewOutputBodyStatus = "cancelled"
+	ViewOutputBodyStatusComplete    ViewOutputBodyStatus = "complete"
+	ViewOutputBodyStatusError       ViewOutputBodyStatus = "error"
+	ViewOutputBodyStatusInterrupted ViewOutputBodyStatus = "interrupted"
+	ViewOutputBodyStatusPending     ViewOutputBodyStatus = "pending"
+	ViewOutputBodyStatusStreaming   ViewOutputBodyStatus = "streaming"
+)
+
+// Valid indicates whether the value is a known member of the ViewOutputBodyStatus enum.
+func (e ViewOutputBodyStatus) Valid() bool {
+	switch e {
+	case ViewOutputBodyStatusCancelled:
+		return true
+	case ViewOutputBodyStatusComplete:
+		return true
+	case ViewOutputBodyStatusError:
+		return true
+	case ViewOutputBodyStatusInterrupted:
+		return true
+	case ViewOutputBodyStatusPending:
+		return true
+	case ViewOutputBodyStatusStreaming:
+		return true
+	default:
+		return false
+	}
+}
+
+// AbsentFrame Nothing to serve here. The last frame.
+type AbsentFrame struct {
+	Type AbsentFrameType `json:"type"`
+}
+
+// AbsentFrameType defines model for AbsentFrame.Type.
+type AbsentFrameType string
+
+// AppendBody defines model for AppendBody.
+type AppendBody struct {
+	// ExpectedSeq The offset this text starts at, as the producer believes: with it the append is idempotent. Text the stream already holds there is absorbed (a retry after a lost reply); text that cannot start there is refused with 409 and the stream's seq.
+	ExpectedSeq *int64 `json:"expectedSeq,omitempty"`
+
+	// Text The delta to push: valid UTF-8, no unpaired surrogate escapes.
 	Text string `json:"text"`
 }
 
-// CloseStreamRequest defines model for CloseStreamRequest.
-type CloseStreamRequest struct {
+// AppendResult defines model for AppendResult.
+type AppendResult struct {
+	// Applied UTF-16 code units of this request that were new: less than its length when a retry with expectedSeq found some of it already there (0: all of it).
+	Applied int64 `json:"applied"`
+
+	// Cancelled A reader asked the producer to stop, and this instance has seen it: push nothing more, and close the stream (it seals as cancelled).
+	Cancelled bool `json:"cancelled"`
+
+	// DurableSeq UTF-16 code units the store confirmed.
+	DurableSeq int64 `json:"durableSeq"`
+
+	// Seq Produced UTF-16 code units.
+	Seq int64 `json:"seq"`
+}
+
+// ChunkFrame Produced text: it starts at from, and its length in UTF-16 code units is seq - from. Apply it at from.
+type ChunkFrame struct {
+	// From Start offset.
+	From int64 `json:"from"`
+
+	// Seq End offset.
+	Seq  int64          `json:"seq"`
+	Text string         `json:"text"`
+	Type ChunkFrameType `json:"type"`
+}
+
+// ChunkFrameType defines model for ChunkFrame.Type.
+type ChunkFrameType string
+
+// CloseBody defines model for CloseBody.
+type CloseBody struct {
 	// Error Seal with status error and this message.
 	Error *string `json:"error,omitempty"`
 }
@@ -45,6 +230,34 @@ type CreateBody struct {
 type CreateOutputBody struct {
 	Id string `json:"id"`
 }
+
+// DurableFrame The store holds the text through seq.
+type DurableFrame struct {
+	// Seq Durable length.
+	Seq  int64            `json:"seq"`
+	Type DurableFrameType `json:"type"`
+}
+
+// DurableFrameType defines model for DurableFrame.Type.
+type DurableFrameType string
+
+// EndFrame Sealed: seq is the durable length and status what the store holds. The last frame.
+type EndFrame struct {
+	Error *string `json:"error,omitempty"`
+
+	// Seq The durable length at the seal.
+	Seq int64 `json:"seq"`
+
+	// Status What the store holds.
+	Status EndFrameStatus `json:"status"`
+	Type   EndFrameType   `json:"type"`
+}
+
+// EndFrameStatus What the store holds.
+type EndFrameStatus string
+
+// EndFrameType defines model for EndFrame.Type.
+type EndFrameType string
 
 // ErrorDetail defines model for ErrorDetail.
 type ErrorDetail struct {
@@ -89,13 +302,54 @@ type ErrorModel struct {
 	Type *string `json:"type,omitempty"`
 }
 
+// Frame One event stream frame, as each event's data.
+type Frame struct {
+	union json.RawMessage
+}
+
 // HealthOutputBody defines model for HealthOutputBody.
 type HealthOutputBody struct {
 	Status string `json:"status"`
 }
 
-// SeqOutputBody defines model for SeqOutputBody.
-type SeqOutputBody struct {
+// OpenFrame The join was accepted at from (floored to a character, clamped to [0, seq]).
+type OpenFrame struct {
+	// DurableSeq Durable length.
+	DurableSeq int64 `json:"durableSeq"`
+
+	// Ended Already sealed.
+	Ended bool `json:"ended"`
+
+	// From Where this reader's text starts.
+	From int64 `json:"from"`
+
+	// Seq Produced length.
+	Seq      int64         `json:"seq"`
+	StreamId string        `json:"streamId"`
+	Type     OpenFrameType `json:"type"`
+}
+
+// OpenFrameType defines model for OpenFrame.Type.
+type OpenFrameType string
+
+// StaleFrame This reader must read the durable view (GET /v1/streams/{id}) instead. The last frame.
+type StaleFrame struct {
+	// DurableSeq Durable length.
+	DurableSeq int64 `json:"durableSeq"`
+
+	// FloorSeq The lowest offset the live plane still serves.
+	FloorSeq int64          `json:"floorSeq"`
+	Type     StaleFrameType `json:"type"`
+}
+
+// StaleFrameType defines model for StaleFrame.Type.
+type StaleFrameType string
+
+// StreamState defines model for StreamState.
+type StreamState struct {
+	// Cancelled A reader asked the producer to stop, and this instance has seen it: push nothing more, and close the stream (it seals as cancelled).
+	Cancelled bool `json:"cancelled"`
+
 	// DurableSeq UTF-16 code units the store confirmed.
 	DurableSeq int64 `json:"durableSeq"`
 
@@ -105,85 +359,307 @@ type SeqOutputBody struct {
 
 // ViewOutputBody defines model for ViewOutputBody.
 type ViewOutputBody struct {
-	Error     *string   `json:"error,omitempty"`
-	Id        string    `json:"id"`
-	Seq       int64     `json:"seq"`
-	Status    string    `json:"status"`
+	Error *string `json:"error,omitempty"`
+	Id    string  `json:"id"`
+
+	// Seq Its length in UTF-16 code units.
+	Seq    int64                `json:"seq"`
+	Status ViewOutputBodyStatus `json:"status"`
+
+	// Text The durable text.
 	Text      string    `json:"text"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
-// CreateMessageParams defines parameters for CreateMessage.
-type CreateMessageParams struct {
-	// Authorization Bearer token (HS256 JWT).
-	Authorization *string `json:"Authorization,omitempty"`
-}
+// ViewOutputBodyStatus defines model for ViewOutputBody.Status.
+type ViewOutputBodyStatus string
 
 // GetStreamParams defines parameters for GetStream.
 type GetStreamParams struct {
-	// After Wait until seq passes this offset (UTF-16 code units).
-	After *string `form:"after,omitempty" json:"after,omitempty"`
+	// After Wait until the durable length passes this offset (UTF-16 code units).
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
 
-	// Wait How long to wait, as a Go duration (30s); capped by the server.
+	// Wait How long to wait, as a duration such as 30s or 500ms; capped by the server.
 	Wait *string `form:"wait,omitempty" json:"wait,omitempty"`
-
-	// Authorization Bearer token (HS256 JWT).
-	Authorization *string `json:"Authorization,omitempty"`
-}
-
-// AppendStreamParams defines parameters for AppendStream.
-type AppendStreamParams struct {
-	// Authorization Bearer token (HS256 JWT).
-	Authorization *string `json:"Authorization,omitempty"`
-}
-
-// CancelStreamParams defines parameters for CancelStream.
-type CancelStreamParams struct {
-	// Authorization Bearer token (HS256 JWT).
-	Authorization *string `json:"Authorization,omitempty"`
-}
-
-// CloseStreamParams defines parameters for CloseStream.
-type CloseStreamParams struct {
-	// Authorization Bearer token (HS256 JWT).
-	Authorization *string `json:"Authorization,omitempty"`
 }
 
 // StreamEventsParams defines parameters for StreamEvents.
 type StreamEventsParams struct {
-	From *int `form:"from,omitempty" json:"from,omitempty"`
+	// From How much of the text the reader holds (UTF-16 code units).
+	From *int64 `form:"from,omitempty" json:"from,omitempty"`
 
 	// AccessToken The bearer token, for clients that cannot set headers (a browser's EventSource; RFC 6750 §2.3). The Authorization header wins. URLs end up in logs: prefer short-lived tokens here.
 	AccessToken *string `form:"access_token,omitempty" json:"access_token,omitempty"`
-	LastEventID *string `json:"Last-Event-ID,omitempty"`
-}
 
-// FlushStreamParams defines parameters for FlushStream.
-type FlushStreamParams struct {
-	// Authorization Bearer token (HS256 JWT).
-	Authorization *string `json:"Authorization,omitempty"`
+	// LastEventID Sent by EventSource on a reconnect: the last event's id.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
 // IngestStreamTextBody defines parameters for IngestStream.
 type IngestStreamTextBody = string
 
-// OpenStreamParams defines parameters for OpenStream.
-type OpenStreamParams struct {
-	// Authorization Bearer token (HS256 JWT).
-	Authorization *string `json:"Authorization,omitempty"`
+// IngestStreamParams defines parameters for IngestStream.
+type IngestStreamParams struct {
+	// ExpectedSeq The offset the body starts at, as the producer believes (see append).
+	ExpectedSeq *int64 `form:"expectedSeq,omitempty" json:"expectedSeq,omitempty"`
 }
 
 // CreateMessageJSONRequestBody defines body for CreateMessage for application/json ContentType.
 type CreateMessageJSONRequestBody = CreateBody
 
 // AppendStreamJSONRequestBody defines body for AppendStream for application/json ContentType.
-type AppendStreamJSONRequestBody = AppendStreamRequest
+type AppendStreamJSONRequestBody = AppendBody
 
 // CloseStreamJSONRequestBody defines body for CloseStream for application/json ContentType.
-type CloseStreamJSONRequestBody = CloseStreamRequest
+type CloseStreamJSONRequestBody = CloseBody
 
 // IngestStreamTextRequestBody defines body for IngestStream for text/plain ContentType.
 type IngestStreamTextRequestBody = IngestStreamTextBody
+
+// AsOpenFrame returns the union data inside the Frame as a OpenFrame
+func (t Frame) AsOpenFrame() (OpenFrame, error) {
+	var body OpenFrame
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOpenFrame overwrites any union data inside the Frame as the provided OpenFrame
+func (t *Frame) FromOpenFrame(v OpenFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"open"}`))
+	t.union = b
+	return err
+}
+
+// MergeOpenFrame performs a merge with any union data inside the Frame, using the provided OpenFrame
+func (t *Frame) MergeOpenFrame(v OpenFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"open"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsChunkFrame returns the union data inside the Frame as a ChunkFrame
+func (t Frame) AsChunkFrame() (ChunkFrame, error) {
+	var body ChunkFrame
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChunkFrame overwrites any union data inside the Frame as the provided ChunkFrame
+func (t *Frame) FromChunkFrame(v ChunkFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"chunk"}`))
+	t.union = b
+	return err
+}
+
+// MergeChunkFrame performs a merge with any union data inside the Frame, using the provided ChunkFrame
+func (t *Frame) MergeChunkFrame(v ChunkFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"chunk"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDurableFrame returns the union data inside the Frame as a DurableFrame
+func (t Frame) AsDurableFrame() (DurableFrame, error) {
+	var body DurableFrame
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDurableFrame overwrites any union data inside the Frame as the provided DurableFrame
+func (t *Frame) FromDurableFrame(v DurableFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"durable"}`))
+	t.union = b
+	return err
+}
+
+// MergeDurableFrame performs a merge with any union data inside the Frame, using the provided DurableFrame
+func (t *Frame) MergeDurableFrame(v DurableFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"durable"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsEndFrame returns the union data inside the Frame as a EndFrame
+func (t Frame) AsEndFrame() (EndFrame, error) {
+	var body EndFrame
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEndFrame overwrites any union data inside the Frame as the provided EndFrame
+func (t *Frame) FromEndFrame(v EndFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"end"}`))
+	t.union = b
+	return err
+}
+
+// MergeEndFrame performs a merge with any union data inside the Frame, using the provided EndFrame
+func (t *Frame) MergeEndFrame(v EndFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"end"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsStaleFrame returns the union data inside the Frame as a StaleFrame
+func (t Frame) AsStaleFrame() (StaleFrame, error) {
+	var body StaleFrame
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromStaleFrame overwrites any union data inside the Frame as the provided StaleFrame
+func (t *Frame) FromStaleFrame(v StaleFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"stale"}`))
+	t.union = b
+	return err
+}
+
+// MergeStaleFrame performs a merge with any union data inside the Frame, using the provided StaleFrame
+func (t *Frame) MergeStaleFrame(v StaleFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"stale"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsAbsentFrame returns the union data inside the Frame as a AbsentFrame
+func (t Frame) AsAbsentFrame() (AbsentFrame, error) {
+	var body AbsentFrame
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromAbsentFrame overwrites any union data inside the Frame as the provided AbsentFrame
+func (t *Frame) FromAbsentFrame(v AbsentFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"absent"}`))
+	t.union = b
+	return err
+}
+
+// MergeAbsentFrame performs a merge with any union data inside the Frame, using the provided AbsentFrame
+func (t *Frame) MergeAbsentFrame(v AbsentFrame) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"absent"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Frame) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"type"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t Frame) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "absent":
+		return t.AsAbsentFrame()
+	case "chunk":
+		return t.AsChunkFrame()
+	case "durable":
+		return t.AsDurableFrame()
+	case "end":
+		return t.AsEndFrame()
+	case "open":
+		return t.AsOpenFrame()
+	case "stale":
+		return t.AsStaleFrame()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t Frame) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Frame) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -264,7 +740,7 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// Readyz Readiness: the database reachable, CDC caught up
+	// Readyz Readiness: the database reachable, the lease held, CDC caught up
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -274,56 +750,68 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/messages (the `CreateMessage` operationId).
-	CreateMessageWithBody(ctx context.Context, params *CreateMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateMessageWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateMessage Create a message row (the app-side step before a stream opens)
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/messages (the `CreateMessage` operationId).
-	CreateMessage(ctx context.Context, params *CreateMessageParams, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateMessage(ctx context.Context, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetStream The durable view; with after and wait, a long-poll until seq passes after or the stream ends
+	// GetStream The durable view; with wait, a long-poll until seq passes after or the stream ends
+	//
+	// Without `wait`, answers at once. With it, waits (up to the server's cap) until the durable length passes `after` or the status is terminal, then answers; at the deadline it answers the view unchanged.
 	//
 	// Corresponds with GET /v1/streams/{id} (the `GetStream` operationId).
 	GetStream(ctx context.Context, id string, params *GetStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AppendStreamWithBody Push text into a stream
 	//
+	// With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/streams/{id}/append (the `AppendStream` operationId).
-	AppendStreamWithBody(ctx context.Context, id string, params *AppendStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AppendStreamWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AppendStream Push text into a stream
 	//
+	// With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/streams/{id}/append (the `AppendStream` operationId).
-	AppendStream(ctx context.Context, id string, params *AppendStreamParams, body AppendStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AppendStream(ctx context.Context, id string, body AppendStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CancelStream Ask the producer to stop (seen at its next checkpoint)
+	// CancelStream Ask the producer to stop
+	//
+	// The producer instance sees it at once when the reader's request lands there, else at its next checkpoint; from then on its answers say `cancelled` and it takes no more text. A sealed stream cannot be cancelled: 409.
 	//
 	// Corresponds with POST /v1/streams/{id}/cancel (the `CancelStream` operationId).
-	CancelStream(ctx context.Context, id string, params *CancelStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CancelStream(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CloseStreamWithBody Seal a stream complete, or error with a message
+	// CloseStreamWithBody Seal a stream: complete (cancelled after a reader's cancel), or error with a message
+	//
+	// The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/streams/{id}/close (the `CloseStream` operationId).
-	CloseStreamWithBody(ctx context.Context, id string, params *CloseStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CloseStreamWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CloseStream Seal a stream complete, or error with a message
+	// CloseStream Seal a stream: complete (cancelled after a reader's cancel), or error with a message
+	//
+	// The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/streams/{id}/close (the `CloseStream` operationId).
-	CloseStream(ctx context.Context, id string, params *CloseStreamParams, body CloseStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CloseStream(ctx context.Context, id string, body CloseStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StreamEvents Server-sent events: the durable prefix from the view, then the live tail
 	//
-	// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.
+	// One event per frame: `id:` is the resume point (none for stale and absent), `data:` the frame JSON. `Last-Event-ID` wins over `from`. A `retry:` field comes first, and a `: ping` comment every 15 s. A reconnect whose `Last-Event-ID` is at or past the end of a sealed stream gets 204, which stops a browser's EventSource. While the stream is live, the `Rindle-Host` response header names the instance producing it.
 	//
 	// Corresponds with GET /v1/streams/{id}/events (the `StreamEvents` operationId).
 	StreamEvents(ctx context.Context, id string, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -331,30 +819,30 @@ type ClientInterface interface {
 	// FlushStream Return once everything produced is durable
 	//
 	// Corresponds with POST /v1/streams/{id}/flush (the `FlushStream` operationId).
-	FlushStream(ctx context.Context, id string, params *FlushStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	FlushStream(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// IngestStreamWithBody Push a streamed text/plain body, each piece as it arrives
 	//
-	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.
+	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/streams/{id}/ingest (the `IngestStream` operationId).
-	IngestStreamWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	IngestStreamWithBody(ctx context.Context, id string, params *IngestStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// IngestStreamWithTextBody Push a streamed text/plain body, each piece as it arrives
 	//
-	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.
+	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 	//
 	// Takes a body of the `text/plain` content type.
 	//
 	// Corresponds with POST /v1/streams/{id}/ingest (the `IngestStream` operationId).
-	IngestStreamWithTextBody(ctx context.Context, id string, body IngestStreamTextRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	IngestStreamWithTextBody(ctx context.Context, id string, params *IngestStreamParams, body IngestStreamTextRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// OpenStream Open a stream on this instance
 	//
 	// Corresponds with POST /v1/streams/{id}/open (the `OpenStream` operationId).
-	OpenStream(ctx context.Context, id string, params *OpenStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	OpenStream(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz Liveness
@@ -372,7 +860,7 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
-// Readyz Readiness: the database reachable, CDC caught up
+// Readyz Readiness: the database reachable, the lease held, CDC caught up
 //
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -392,8 +880,8 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/messages (the `CreateMessage` operationId).
-func (c *Client) CreateMessageWithBody(ctx context.Context, params *CreateMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateMessageRequestWithBody(c.Server, params, contentType, body)
+func (c *Client) CreateMessageWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateMessageRequestWithBody(c.Server, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -409,8 +897,8 @@ func (c *Client) CreateMessageWithBody(ctx context.Context, params *CreateMessag
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/messages (the `CreateMessage` operationId).
-func (c *Client) CreateMessage(ctx context.Context, params *CreateMessageParams, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateMessageRequest(c.Server, params, body)
+func (c *Client) CreateMessage(ctx context.Context, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateMessageRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +909,9 @@ func (c *Client) CreateMessage(ctx context.Context, params *CreateMessageParams,
 	return c.Client.Do(req)
 }
 
-// GetStream The durable view; with after and wait, a long-poll until seq passes after or the stream ends
+// GetStream The durable view; with wait, a long-poll until seq passes after or the stream ends
+//
+// Without `wait`, answers at once. With it, waits (up to the server's cap) until the durable length passes `after` or the status is terminal, then answers; at the deadline it answers the view unchanged.
 //
 // Corresponds with GET /v1/streams/{id} (the `GetStream` operationId).
 func (c *Client) GetStream(ctx context.Context, id string, params *GetStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -438,11 +928,13 @@ func (c *Client) GetStream(ctx context.Context, id string, params *GetStreamPara
 
 // AppendStreamWithBody Push text into a stream
 //
+// With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/streams/{id}/append (the `AppendStream` operationId).
-func (c *Client) AppendStreamWithBody(ctx context.Context, id string, params *AppendStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAppendStreamRequestWithBody(c.Server, id, params, contentType, body)
+func (c *Client) AppendStreamWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAppendStreamRequestWithBody(c.Server, id, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -455,11 +947,13 @@ func (c *Client) AppendStreamWithBody(ctx context.Context, id string, params *Ap
 
 // AppendStream Push text into a stream
 //
+// With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/streams/{id}/append (the `AppendStream` operationId).
-func (c *Client) AppendStream(ctx context.Context, id string, params *AppendStreamParams, body AppendStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAppendStreamRequest(c.Server, id, params, body)
+func (c *Client) AppendStream(ctx context.Context, id string, body AppendStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAppendStreamRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -470,11 +964,13 @@ func (c *Client) AppendStream(ctx context.Context, id string, params *AppendStre
 	return c.Client.Do(req)
 }
 
-// CancelStream Ask the producer to stop (seen at its next checkpoint)
+// CancelStream Ask the producer to stop
+//
+// The producer instance sees it at once when the reader's request lands there, else at its next checkpoint; from then on its answers say `cancelled` and it takes no more text. A sealed stream cannot be cancelled: 409.
 //
 // Corresponds with POST /v1/streams/{id}/cancel (the `CancelStream` operationId).
-func (c *Client) CancelStream(ctx context.Context, id string, params *CancelStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCancelStreamRequest(c.Server, id, params)
+func (c *Client) CancelStream(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelStreamRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -485,13 +981,15 @@ func (c *Client) CancelStream(ctx context.Context, id string, params *CancelStre
 	return c.Client.Do(req)
 }
 
-// CloseStreamWithBody Seal a stream complete, or error with a message
+// CloseStreamWithBody Seal a stream: complete (cancelled after a reader's cancel), or error with a message
+//
+// The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/streams/{id}/close (the `CloseStream` operationId).
-func (c *Client) CloseStreamWithBody(ctx context.Context, id string, params *CloseStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCloseStreamRequestWithBody(c.Server, id, params, contentType, body)
+func (c *Client) CloseStreamWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCloseStreamRequestWithBody(c.Server, id, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -502,13 +1000,15 @@ func (c *Client) CloseStreamWithBody(ctx context.Context, id string, params *Clo
 	return c.Client.Do(req)
 }
 
-// CloseStream Seal a stream complete, or error with a message
+// CloseStream Seal a stream: complete (cancelled after a reader's cancel), or error with a message
+//
+// The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/streams/{id}/close (the `CloseStream` operationId).
-func (c *Client) CloseStream(ctx context.Context, id string, params *CloseStreamParams, body CloseStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCloseStreamRequest(c.Server, id, params, body)
+func (c *Client) CloseStream(ctx context.Context, id string, body CloseStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCloseStreamRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -521,7 +1021,7 @@ func (c *Client) CloseStream(ctx context.Context, id string, params *CloseStream
 
 // StreamEvents Server-sent events: the durable prefix from the view, then the live tail
 //
-// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.
+// One event per frame: `id:` is the resume point (none for stale and absent), `data:` the frame JSON. `Last-Event-ID` wins over `from`. A `retry:` field comes first, and a `: ping` comment every 15 s. A reconnect whose `Last-Event-ID` is at or past the end of a sealed stream gets 204, which stops a browser's EventSource. While the stream is live, the `Rindle-Host` response header names the instance producing it.
 //
 // Corresponds with GET /v1/streams/{id}/events (the `StreamEvents` operationId).
 func (c *Client) StreamEvents(ctx context.Context, id string, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -539,8 +1039,8 @@ func (c *Client) StreamEvents(ctx context.Context, id string, params *StreamEven
 // FlushStream Return once everything produced is durable
 //
 // Corresponds with POST /v1/streams/{id}/flush (the `FlushStream` operationId).
-func (c *Client) FlushStream(ctx context.Context, id string, params *FlushStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewFlushStreamRequest(c.Server, id, params)
+func (c *Client) FlushStream(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFlushStreamRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -553,13 +1053,13 @@ func (c *Client) FlushStream(ctx context.Context, id string, params *FlushStream
 
 // IngestStreamWithBody Push a streamed text/plain body, each piece as it arrives
 //
-// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.
+// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/streams/{id}/ingest (the `IngestStream` operationId).
-func (c *Client) IngestStreamWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewIngestStreamRequestWithBody(c.Server, id, contentType, body)
+func (c *Client) IngestStreamWithBody(ctx context.Context, id string, params *IngestStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewIngestStreamRequestWithBody(c.Server, id, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -572,13 +1072,13 @@ func (c *Client) IngestStreamWithBody(ctx context.Context, id string, contentTyp
 
 // IngestStreamWithTextBody Push a streamed text/plain body, each piece as it arrives
 //
-// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.
+// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 //
 // Takes a body of the `text/plain` content type.
 //
 // Corresponds with POST /v1/streams/{id}/ingest (the `IngestStream` operationId).
-func (c *Client) IngestStreamWithTextBody(ctx context.Context, id string, body IngestStreamTextRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewIngestStreamRequestWithTextBody(c.Server, id, body)
+func (c *Client) IngestStreamWithTextBody(ctx context.Context, id string, params *IngestStreamParams, body IngestStreamTextRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewIngestStreamRequestWithTextBody(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -592,8 +1092,8 @@ func (c *Client) IngestStreamWithTextBody(ctx context.Context, id string, body I
 // OpenStream Open a stream on this instance
 //
 // Corresponds with POST /v1/streams/{id}/open (the `OpenStream` operationId).
-func (c *Client) OpenStream(ctx context.Context, id string, params *OpenStreamParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewOpenStreamRequest(c.Server, id, params)
+func (c *Client) OpenStream(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewOpenStreamRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -659,18 +1159,18 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 }
 
 // NewCreateMessageRequest calls the generic CreateMessage builder with application/json body
-func NewCreateMessageRequest(server string, params *CreateMessageParams, body CreateMessageJSONRequestBody) (*http.Request, error) {
+func NewCreateMessageRequest(server string, body CreateMessageJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateMessageRequestWithBody(server, params, "application/json", bodyReader)
+	return NewCreateMessageRequestWithBody(server, "application/json", bodyReader)
 }
 
 // NewCreateMessageRequestWithBody constructs an http.Request for the CreateMessage method, with any body, and a specified content type
-func NewCreateMessageRequestWithBody(server string, params *CreateMessageParams, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateMessageRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -694,21 +1194,6 @@ func NewCreateMessageRequestWithBody(server string, params *CreateMessageParams,
 	}
 
 	req.Header.Add("Content-Type", contentType)
-
-	if params != nil {
-
-		if params.Authorization != nil {
-			var headerParam0 string
-
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Authorization", *params.Authorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-			if err != nil {
-				return nil, err
-			}
-
-			req.Header.Set("Authorization", headerParam0)
-		}
-
-	}
 
 	return req, nil
 }
@@ -750,7 +1235,7 @@ func NewGetStreamRequest(server string, id string, params *GetStreamParams) (*ht
 
 		if params.After != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -783,37 +1268,22 @@ func NewGetStreamRequest(server string, id string, params *GetStreamParams) (*ht
 		return nil, err
 	}
 
-	if params != nil {
-
-		if params.Authorization != nil {
-			var headerParam0 string
-
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Authorization", *params.Authorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-			if err != nil {
-				return nil, err
-			}
-
-			req.Header.Set("Authorization", headerParam0)
-		}
-
-	}
-
 	return req, nil
 }
 
 // NewAppendStreamRequest calls the generic AppendStream builder with application/json body
-func NewAppendStreamRequest(server string, id string, params *AppendStreamParams, body AppendStreamJSONRequestBody) (*http.Request, error) {
+func NewAppendStreamRequest(server string, id string, body AppendStreamJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewAppendStreamRequestWithBody(server, id, params, "application/json", bodyReader)
+	return NewAppendStreamRequestWithBody(server, id, "application/json", bodyReader)
 }
 
 // NewAppendStreamRequestWithBody constructs an http.Request for the AppendStream method, with any body, and a specified content type
-func NewAppendStreamRequestWithBody(server string, id string, params *AppendStreamParams, contentType string, body io.Reader) (*http.Request, error) {
+func NewAppendStreamRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -845,26 +1315,11 @@ func NewAppendStreamRequestWithBody(server string, id string, params *AppendStre
 
 	req.Header.Add("Content-Type", contentType)
 
-	if params != nil {
-
-		if params.Authorization != nil {
-			var headerParam0 string
-
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Authorization", *params.Authorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-			if err != nil {
-				return nil, err
-			}
-
-			req.Header.Set("Authorization", headerParam0)
-		}
-
-	}
-
 	return req, nil
 }
 
 // NewCancelStreamRequest constructs an http.Request for the CancelStream method
-func NewCancelStreamRequest(server string, id string, params *CancelStreamParams) (*http.Request, error) {
+func NewCancelStreamRequest(server string, id string) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -894,37 +1349,22 @@ func NewCancelStreamRequest(server string, id string, params *CancelStreamParams
 		return nil, err
 	}
 
-	if params != nil {
-
-		if params.Authorization != nil {
-			var headerParam0 string
-
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Authorization", *params.Authorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-			if err != nil {
-				return nil, err
-			}
-
-			req.Header.Set("Authorization", headerParam0)
-		}
-
-	}
-
 	return req, nil
 }
 
 // NewCloseStreamRequest calls the generic CloseStream builder with application/json body
-func NewCloseStreamRequest(server string, id string, params *CloseStreamParams, body CloseStreamJSONRequestBody) (*http.Request, error) {
+func NewCloseStreamRequest(server string, id string, body CloseStreamJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCloseStreamRequestWithBody(server, id, params, "application/json", bodyReader)
+	return NewCloseStreamRequestWithBody(server, id, "application/json", bodyReader)
 }
 
 // NewCloseStreamRequestWithBody constructs an http.Request for the CloseStream method, with any body, and a specified content type
-func NewCloseStreamRequestWithBody(server string, id string, params *CloseStreamParams, contentType string, body io.Reader) (*http.Request, error) {
+func NewCloseStreamRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -955,21 +1395,6 @@ func NewCloseStreamRequestWithBody(server string, id string, params *CloseStream
 	}
 
 	req.Header.Add("Content-Type", contentType)
-
-	if params != nil {
-
-		if params.Authorization != nil {
-			var headerParam0 string
-
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Authorization", *params.Authorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-			if err != nil {
-				return nil, err
-			}
-
-			req.Header.Set("Authorization", headerParam0)
-		}
-
-	}
 
 	return req, nil
 }
@@ -1011,7 +1436,7 @@ func NewStreamEventsRequest(server string, id string, params *StreamEventsParams
 
 		if params.From != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -1063,7 +1488,7 @@ func NewStreamEventsRequest(server string, id string, params *StreamEventsParams
 }
 
 // NewFlushStreamRequest constructs an http.Request for the FlushStream method
-func NewFlushStreamRequest(server string, id string, params *FlushStreamParams) (*http.Request, error) {
+func NewFlushStreamRequest(server string, id string) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1093,37 +1518,22 @@ func NewFlushStreamRequest(server string, id string, params *FlushStreamParams) 
 		return nil, err
 	}
 
-	if params != nil {
-
-		if params.Authorization != nil {
-			var headerParam0 string
-
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Authorization", *params.Authorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-			if err != nil {
-				return nil, err
-			}
-
-			req.Header.Set("Authorization", headerParam0)
-		}
-
-	}
-
 	return req, nil
 }
 
 // NewIngestStreamRequestWithTextBody calls the generic IngestStream builder with text/plain body
-func NewIngestStreamRequestWithTextBody(server string, id string, body IngestStreamTextRequestBody) (*http.Request, error) {
+func NewIngestStreamRequestWithTextBody(server string, id string, params *IngestStreamParams, body IngestStreamTextRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	if stringer, ok := interface{}(body).(fmt.Stringer); ok {
 		bodyReader = strings.NewReader(stringer.String())
 	} else {
 		bodyReader = strings.NewReader(fmt.Sprint(body))
 	}
-	return NewIngestStreamRequestWithBody(server, id, "text/plain", bodyReader)
+	return NewIngestStreamRequestWithBody(server, id, params, "text/plain", bodyReader)
 }
 
 // NewIngestStreamRequestWithBody constructs an http.Request for the IngestStream method, with any body, and a specified content type
-func NewIngestStreamRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+func NewIngestStreamRequestWithBody(server string, id string, params *IngestStreamParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1148,6 +1558,33 @@ func NewIngestStreamRequestWithBody(server string, id string, contentType string
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.ExpectedSeq != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "expectedSeq", *params.ExpectedSeq, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
 	if err != nil {
 		return nil, err
@@ -1159,7 +1596,7 @@ func NewIngestStreamRequestWithBody(server string, id string, contentType string
 }
 
 // NewOpenStreamRequest constructs an http.Request for the OpenStream method
-func NewOpenStreamRequest(server string, id string, params *OpenStreamParams) (*http.Request, error) {
+func NewOpenStreamRequest(server string, id string) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1187,21 +1624,6 @@ func NewOpenStreamRequest(server string, id string, params *OpenStreamParams) (*
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
-	}
-
-	if params != nil {
-
-		if params.Authorization != nil {
-			var headerParam0 string
-
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Authorization", *params.Authorization, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-			if err != nil {
-				return nil, err
-			}
-
-			req.Header.Set("Authorization", headerParam0)
-		}
-
 	}
 
 	return req, nil
@@ -1258,7 +1680,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
 
-	// ReadyzWithResponse Readiness: the database reachable, CDC caught up
+	// ReadyzWithResponse Readiness: the database reachable, the lease held, CDC caught up
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1270,16 +1692,18 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/messages (the `CreateMessage` operationId).
-	CreateMessageWithBodyWithResponse(ctx context.Context, params *CreateMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error)
+	CreateMessageWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error)
 
 	// CreateMessageWithResponse Create a message row (the app-side step before a stream opens)
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/messages (the `CreateMessage` operationId).
-	CreateMessageWithResponse(ctx context.Context, params *CreateMessageParams, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error)
+	CreateMessageWithResponse(ctx context.Context, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error)
 
-	// GetStreamWithResponse The durable view; with after and wait, a long-poll until seq passes after or the stream ends
+	// GetStreamWithResponse The durable view; with wait, a long-poll until seq passes after or the stream ends
+	//
+	// Without `wait`, answers at once. With it, waits (up to the server's cap) until the durable length passes `after` or the status is terminal, then answers; at the deadline it answers the view unchanged.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1288,42 +1712,52 @@ type ClientWithResponsesInterface interface {
 
 	// AppendStreamWithBodyWithResponse Push text into a stream
 	//
+	// With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/append (the `AppendStream` operationId).
-	AppendStreamWithBodyWithResponse(ctx context.Context, id string, params *AppendStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendStreamResponse, error)
+	AppendStreamWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendStreamResponse, error)
 
 	// AppendStreamWithResponse Push text into a stream
+	//
+	// With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/append (the `AppendStream` operationId).
-	AppendStreamWithResponse(ctx context.Context, id string, params *AppendStreamParams, body AppendStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendStreamResponse, error)
+	AppendStreamWithResponse(ctx context.Context, id string, body AppendStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendStreamResponse, error)
 
-	// CancelStreamWithResponse Ask the producer to stop (seen at its next checkpoint)
+	// CancelStreamWithResponse Ask the producer to stop
+	//
+	// The producer instance sees it at once when the reader's request lands there, else at its next checkpoint; from then on its answers say `cancelled` and it takes no more text. A sealed stream cannot be cancelled: 409.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/cancel (the `CancelStream` operationId).
-	CancelStreamWithResponse(ctx context.Context, id string, params *CancelStreamParams, reqEditors ...RequestEditorFn) (*CancelStreamResponse, error)
+	CancelStreamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*CancelStreamResponse, error)
 
-	// CloseStreamWithBodyWithResponse Seal a stream complete, or error with a message
+	// CloseStreamWithBodyWithResponse Seal a stream: complete (cancelled after a reader's cancel), or error with a message
+	//
+	// The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/close (the `CloseStream` operationId).
-	CloseStreamWithBodyWithResponse(ctx context.Context, id string, params *CloseStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CloseStreamResponse, error)
+	CloseStreamWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CloseStreamResponse, error)
 
-	// CloseStreamWithResponse Seal a stream complete, or error with a message
+	// CloseStreamWithResponse Seal a stream: complete (cancelled after a reader's cancel), or error with a message
+	//
+	// The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/close (the `CloseStream` operationId).
-	CloseStreamWithResponse(ctx context.Context, id string, params *CloseStreamParams, body CloseStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*CloseStreamResponse, error)
+	CloseStreamWithResponse(ctx context.Context, id string, body CloseStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*CloseStreamResponse, error)
 
 	// StreamEventsWithResponse Server-sent events: the durable prefix from the view, then the live tail
 	//
-	// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.
+	// One event per frame: `id:` is the resume point (none for stale and absent), `data:` the frame JSON. `Last-Event-ID` wins over `from`. A `retry:` field comes first, and a `: ping` comment every 15 s. A reconnect whose `Last-Event-ID` is at or past the end of a sealed stream gets 204, which stops a browser's EventSource. While the stream is live, the `Rindle-Host` response header names the instance producing it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1335,32 +1769,32 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/flush (the `FlushStream` operationId).
-	FlushStreamWithResponse(ctx context.Context, id string, params *FlushStreamParams, reqEditors ...RequestEditorFn) (*FlushStreamResponse, error)
+	FlushStreamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*FlushStreamResponse, error)
 
 	// IngestStreamWithBodyWithResponse Push a streamed text/plain body, each piece as it arrives
 	//
-	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.
+	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/ingest (the `IngestStream` operationId).
-	IngestStreamWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*IngestStreamResponse, error)
+	IngestStreamWithBodyWithResponse(ctx context.Context, id string, params *IngestStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*IngestStreamResponse, error)
 
 	// IngestStreamWithTextBodyWithResponse Push a streamed text/plain body, each piece as it arrives
 	//
-	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.
+	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 	//
 	// Takes a body of the `text/plain` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/ingest (the `IngestStream` operationId).
-	IngestStreamWithTextBodyWithResponse(ctx context.Context, id string, body IngestStreamTextRequestBody, reqEditors ...RequestEditorFn) (*IngestStreamResponse, error)
+	IngestStreamWithTextBodyWithResponse(ctx context.Context, id string, params *IngestStreamParams, body IngestStreamTextRequestBody, reqEditors ...RequestEditorFn) (*IngestStreamResponse, error)
 
 	// OpenStreamWithResponse Open a stream on this instance
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/streams/{id}/open (the `OpenStream` operationId).
-	OpenStreamWithResponse(ctx context.Context, id string, params *OpenStreamParams, reqEditors ...RequestEditorFn) (*OpenStreamResponse, error)
+	OpenStreamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*OpenStreamResponse, error)
 }
 
 type HealthzResponse struct {
@@ -1416,8 +1850,10 @@ type ReadyzResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *HealthOutputBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1425,9 +1861,14 @@ func (r ReadyzResponse) GetJSON200() *HealthOutputBody {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r ReadyzResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReadyzResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReadyzResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1464,8 +1905,18 @@ type CreateMessageResponse struct {
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *CreateOutputBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -1473,9 +1924,34 @@ func (r CreateMessageResponse) GetJSON201() *CreateOutputBody {
 	return r.JSON201
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r CreateMessageResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateMessageResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateMessageResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateMessageResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateMessageResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateMessageResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateMessageResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1512,8 +1988,16 @@ type GetStreamResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ViewOutputBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1521,9 +2005,29 @@ func (r GetStreamResponse) GetJSON200() *ViewOutputBody {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r GetStreamResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetStreamResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetStreamResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetStreamResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetStreamResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetStreamResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1559,19 +2063,75 @@ type AppendStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *SeqOutputBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	JSON200 *AppendResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r AppendStreamResponse) GetJSON200() *SeqOutputBody {
+func (r AppendStreamResponse) GetJSON200() *AppendResult {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r AppendStreamResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AppendStreamResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1606,13 +2166,48 @@ func (r AppendStreamResponse) ContentType() string {
 type CancelStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r CancelStreamResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelStreamResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelStreamResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CancelStreamResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelStreamResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CancelStreamResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1648,19 +2243,61 @@ type CloseStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *SeqOutputBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	JSON200 *StreamState
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r CloseStreamResponse) GetJSON200() *SeqOutputBody {
+func (r CloseStreamResponse) GetJSON200() *StreamState {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r CloseStreamResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CloseStreamResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CloseStreamResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CloseStreamResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CloseStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CloseStreamResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CloseStreamResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CloseStreamResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1692,9 +2329,44 @@ func (r CloseStreamResponse) ContentType() string {
 	return ""
 }
 
+// StreamEventsResponse200Headers the declared response headers of an HTTP 200 response for StreamEvents
+type StreamEventsResponse200Headers struct {
+	RindleHost *string
+}
+
 type StreamEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *StreamEventsResponse200Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1730,19 +2402,61 @@ type FlushStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *SeqOutputBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	JSON200 *StreamState
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r FlushStreamResponse) GetJSON200() *SeqOutputBody {
+func (r FlushStreamResponse) GetJSON200() *StreamState {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r FlushStreamResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r FlushStreamResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r FlushStreamResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r FlushStreamResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r FlushStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r FlushStreamResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r FlushStreamResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r FlushStreamResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1778,12 +2492,68 @@ type IngestStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *map[string]interface{}
+	JSON200 *AppendResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r IngestStreamResponse) GetJSON200() *map[string]interface{} {
+func (r IngestStreamResponse) GetJSON200() *AppendResult {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r IngestStreamResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r IngestStreamResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r IngestStreamResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r IngestStreamResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r IngestStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r IngestStreamResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r IngestStreamResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r IngestStreamResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1819,19 +2589,54 @@ type OpenStreamResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *SeqOutputBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	JSON200 *StreamState
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r OpenStreamResponse) GetJSON200() *SeqOutputBody {
+func (r OpenStreamResponse) GetJSON200() *StreamState {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r OpenStreamResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r OpenStreamResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r OpenStreamResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r OpenStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r OpenStreamResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r OpenStreamResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r OpenStreamResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1876,7 +2681,7 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 	return ParseHealthzResponse(rsp)
 }
 
-// ReadyzWithResponse Readiness: the database reachable, CDC caught up
+// ReadyzWithResponse Readiness: the database reachable, the lease held, CDC caught up
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -1894,8 +2699,8 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/messages (the `CreateMessage` operationId).
-func (c *ClientWithResponses) CreateMessageWithBodyWithResponse(ctx context.Context, params *CreateMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error) {
-	rsp, err := c.CreateMessageWithBody(ctx, params, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateMessageWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error) {
+	rsp, err := c.CreateMessageWithBody(ctx, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1907,15 +2712,17 @@ func (c *ClientWithResponses) CreateMessageWithBodyWithResponse(ctx context.Cont
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/messages (the `CreateMessage` operationId).
-func (c *ClientWithResponses) CreateMessageWithResponse(ctx context.Context, params *CreateMessageParams, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error) {
-	rsp, err := c.CreateMessage(ctx, params, body, reqEditors...)
+func (c *ClientWithResponses) CreateMessageWithResponse(ctx context.Context, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error) {
+	rsp, err := c.CreateMessage(ctx, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseCreateMessageResponse(rsp)
 }
 
-// GetStreamWithResponse The durable view; with after and wait, a long-poll until seq passes after or the stream ends
+// GetStreamWithResponse The durable view; with wait, a long-poll until seq passes after or the stream ends
+//
+// Without `wait`, answers at once. With it, waits (up to the server's cap) until the durable length passes `after` or the status is terminal, then answers; at the deadline it answers the view unchanged.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -1930,11 +2737,13 @@ func (c *ClientWithResponses) GetStreamWithResponse(ctx context.Context, id stri
 
 // AppendStreamWithBodyWithResponse Push text into a stream
 //
+// With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/append (the `AppendStream` operationId).
-func (c *ClientWithResponses) AppendStreamWithBodyWithResponse(ctx context.Context, id string, params *AppendStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendStreamResponse, error) {
-	rsp, err := c.AppendStreamWithBody(ctx, id, params, contentType, body, reqEditors...)
+func (c *ClientWithResponses) AppendStreamWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendStreamResponse, error) {
+	rsp, err := c.AppendStreamWithBody(ctx, id, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1943,50 +2752,58 @@ func (c *ClientWithResponses) AppendStreamWithBodyWithResponse(ctx context.Conte
 
 // AppendStreamWithResponse Push text into a stream
 //
+// With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/append (the `AppendStream` operationId).
-func (c *ClientWithResponses) AppendStreamWithResponse(ctx context.Context, id string, params *AppendStreamParams, body AppendStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendStreamResponse, error) {
-	rsp, err := c.AppendStream(ctx, id, params, body, reqEditors...)
+func (c *ClientWithResponses) AppendStreamWithResponse(ctx context.Context, id string, body AppendStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendStreamResponse, error) {
+	rsp, err := c.AppendStream(ctx, id, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseAppendStreamResponse(rsp)
 }
 
-// CancelStreamWithResponse Ask the producer to stop (seen at its next checkpoint)
+// CancelStreamWithResponse Ask the producer to stop
+//
+// The producer instance sees it at once when the reader's request lands there, else at its next checkpoint; from then on its answers say `cancelled` and it takes no more text. A sealed stream cannot be cancelled: 409.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/cancel (the `CancelStream` operationId).
-func (c *ClientWithResponses) CancelStreamWithResponse(ctx context.Context, id string, params *CancelStreamParams, reqEditors ...RequestEditorFn) (*CancelStreamResponse, error) {
-	rsp, err := c.CancelStream(ctx, id, params, reqEditors...)
+func (c *ClientWithResponses) CancelStreamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*CancelStreamResponse, error) {
+	rsp, err := c.CancelStream(ctx, id, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseCancelStreamResponse(rsp)
 }
 
-// CloseStreamWithBodyWithResponse Seal a stream complete, or error with a message
+// CloseStreamWithBodyWithResponse Seal a stream: complete (cancelled after a reader's cancel), or error with a message
+//
+// The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/close (the `CloseStream` operationId).
-func (c *ClientWithResponses) CloseStreamWithBodyWithResponse(ctx context.Context, id string, params *CloseStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CloseStreamResponse, error) {
-	rsp, err := c.CloseStreamWithBody(ctx, id, params, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CloseStreamWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CloseStreamResponse, error) {
+	rsp, err := c.CloseStreamWithBody(ctx, id, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseCloseStreamResponse(rsp)
 }
 
-// CloseStreamWithResponse Seal a stream complete, or error with a message
+// CloseStreamWithResponse Seal a stream: complete (cancelled after a reader's cancel), or error with a message
+//
+// The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/close (the `CloseStream` operationId).
-func (c *ClientWithResponses) CloseStreamWithResponse(ctx context.Context, id string, params *CloseStreamParams, body CloseStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*CloseStreamResponse, error) {
-	rsp, err := c.CloseStream(ctx, id, params, body, reqEditors...)
+func (c *ClientWithResponses) CloseStreamWithResponse(ctx context.Context, id string, body CloseStreamJSONRequestBody, reqEditors ...RequestEditorFn) (*CloseStreamResponse, error) {
+	rsp, err := c.CloseStream(ctx, id, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1995,7 +2812,7 @@ func (c *ClientWithResponses) CloseStreamWithResponse(ctx context.Context, id st
 
 // StreamEventsWithResponse Server-sent events: the durable prefix from the view, then the live tail
 //
-// One event per frame; `id:` is the resume point. `Last-Event-ID` wins over `from`. A `: ping` comment every 15 s. While the stream is live, the `Rindle-Host` response header names the instance producing it.
+// One event per frame: `id:` is the resume point (none for stale and absent), `data:` the frame JSON. `Last-Event-ID` wins over `from`. A `retry:` field comes first, and a `: ping` comment every 15 s. A reconnect whose `Last-Event-ID` is at or past the end of a sealed stream gets 204, which stops a browser's EventSource. While the stream is live, the `Rindle-Host` response header names the instance producing it.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2013,8 +2830,8 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, id s
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/flush (the `FlushStream` operationId).
-func (c *ClientWithResponses) FlushStreamWithResponse(ctx context.Context, id string, params *FlushStreamParams, reqEditors ...RequestEditorFn) (*FlushStreamResponse, error) {
-	rsp, err := c.FlushStream(ctx, id, params, reqEditors...)
+func (c *ClientWithResponses) FlushStreamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*FlushStreamResponse, error) {
+	rsp, err := c.FlushStream(ctx, id, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2023,13 +2840,13 @@ func (c *ClientWithResponses) FlushStreamWithResponse(ctx context.Context, id st
 
 // IngestStreamWithBodyWithResponse Push a streamed text/plain body, each piece as it arrives
 //
-// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.
+// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/ingest (the `IngestStream` operationId).
-func (c *ClientWithResponses) IngestStreamWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*IngestStreamResponse, error) {
-	rsp, err := c.IngestStreamWithBody(ctx, id, contentType, body, reqEditors...)
+func (c *ClientWithResponses) IngestStreamWithBodyWithResponse(ctx context.Context, id string, params *IngestStreamParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*IngestStreamResponse, error) {
+	rsp, err := c.IngestStreamWithBody(ctx, id, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2038,13 +2855,13 @@ func (c *ClientWithResponses) IngestStreamWithBodyWithResponse(ctx context.Conte
 
 // IngestStreamWithTextBodyWithResponse Push a streamed text/plain body, each piece as it arrives
 //
-// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed.
+// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 //
 // Takes a body of the `text/plain` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/ingest (the `IngestStream` operationId).
-func (c *ClientWithResponses) IngestStreamWithTextBodyWithResponse(ctx context.Context, id string, body IngestStreamTextRequestBody, reqEditors ...RequestEditorFn) (*IngestStreamResponse, error) {
-	rsp, err := c.IngestStreamWithTextBody(ctx, id, body, reqEditors...)
+func (c *ClientWithResponses) IngestStreamWithTextBodyWithResponse(ctx context.Context, id string, params *IngestStreamParams, body IngestStreamTextRequestBody, reqEditors ...RequestEditorFn) (*IngestStreamResponse, error) {
+	rsp, err := c.IngestStreamWithTextBody(ctx, id, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2056,8 +2873,8 @@ func (c *ClientWithResponses) IngestStreamWithTextBodyWithResponse(ctx context.C
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/streams/{id}/open (the `OpenStream` operationId).
-func (c *ClientWithResponses) OpenStreamWithResponse(ctx context.Context, id string, params *OpenStreamParams, reqEditors ...RequestEditorFn) (*OpenStreamResponse, error) {
-	rsp, err := c.OpenStream(ctx, id, params, reqEditors...)
+func (c *ClientWithResponses) OpenStreamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*OpenStreamResponse, error) {
+	rsp, err := c.OpenStream(ctx, id, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2118,12 +2935,19 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -2151,12 +2975,47 @@ func ParseCreateMessageResponse(rsp *http.Response) (*CreateMessageResponse, err
 		}
 		response.JSON201 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -2184,12 +3043,40 @@ func ParseGetStreamResponse(rsp *http.Response) (*GetStreamResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -2211,18 +3098,74 @@ func ParseAppendStreamResponse(rsp *http.Response) (*AppendStreamResponse, error
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest SeqOutputBody
+		var dest AppendResult
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -2246,12 +3189,47 @@ func ParseCancelStreamResponse(rsp *http.Response) (*CancelStreamResponse, error
 	case rsp.StatusCode == 202:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -2273,18 +3251,60 @@ func ParseCloseStreamResponse(rsp *http.Response) (*CloseStreamResponse, error) 
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest SeqOutputBody
+		var dest StreamState
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -2302,6 +3322,53 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 	response := &StreamEventsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers StreamEventsResponse200Headers
+		if values := rsp.Header.Values("Rindle-Host"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rindle-Host", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RindleHost = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -2322,18 +3389,60 @@ func ParseFlushStreamResponse(rsp *http.Response) (*FlushStreamResponse, error) 
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest SeqOutputBody
+		var dest StreamState
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -2355,29 +3464,67 @@ func ParseIngestStreamResponse(rsp *http.Response) (*IngestStreamResponse, error
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest map[string]interface{}
+		var dest AppendResult
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON200 = &dest
 
-	case rsp.StatusCode == 400:
-		break // No content-type
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
-	case rsp.StatusCode == 401:
-		break // No content-type
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
 
-	case rsp.StatusCode == 403:
-		break // No content-type
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
-	case rsp.StatusCode == 404:
-		break // No content-type
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
-	case rsp.StatusCode == 409:
-		break // No content-type
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
-	case rsp.StatusCode == 413:
-		break // No content-type
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -2399,18 +3546,53 @@ func ParseOpenStreamResponse(rsp *http.Response) (*OpenStreamResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest SeqOutputBody
+		var dest StreamState
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 

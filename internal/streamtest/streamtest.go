@@ -82,6 +82,7 @@ type SSEEvent struct {
 	HasID   bool
 	Data    string
 	Comment string
+	Retry   string // the retry field, when the event sets one
 }
 
 // ReadSSE reads one event (or comment) up to its blank line. Two data lines in one event are
@@ -99,6 +100,8 @@ func ReadSSE(r *bufio.Reader) (SSEEvent, error) {
 			return ev, nil
 		case strings.HasPrefix(line, ":"):
 			ev.Comment = line
+		case strings.HasPrefix(line, "retry: "):
+			ev.Retry = strings.TrimPrefix(line, "retry: ")
 		case strings.HasPrefix(line, "id: "):
 			ev.ID, ev.HasID = strings.TrimPrefix(line, "id: "), true
 		case strings.HasPrefix(line, "data: "):

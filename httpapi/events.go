@@ -1,0 +1,146 @@
+package httpapi
+
+import (
+	"net/http"
+	"reflect"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// The event stream is a raw handler (huma's sse package writes no id for offset 0, no
+// keep-alive comments, and cannot fail once streaming), documented in the same OpenAPI
+// document: every frame a schema of its own, one union discriminated on type.
+
+// frameSchemas registers one schema per frame type and the discriminated union, and returns a
+// reference to the union.
+func (s *Server) frameSchemas() *huma.Schema {
+	schemas := s.api.OpenAPI().Components.Schemas
+	integer := func(doc string) *huma.Schema {
+		return &huma.Schema{Type: "integer", Format: "int64", Minimum: ptr(0.0), Description: doc}
+	}
+	frame := func(name, typ, doc string, props map[string]*huma.Schema, required ...string) string {
+		p := map[string]*huma.Schema{"type": {Type: "string", Enum: []any{typ}}}
+		for k, v := range props {
+			p[k] = v
+		}
+		schemas.Map()[name] = &huma.Schema{Type: "object", Description: doc, Properties: p, Required: append([]string{"type"}, required...), AdditionalProperties: false}
+		return "#/components/schemas/" + name
+	}
+	status := &huma.Schema{Type: "string", Enum: []any{"complete", "cancelled", "error", "interrupted"}, Description: "What the store holds."}
+	refs := map[string]string{
+		"open": frame("OpenFrame", "open", "The join was accepted at from (floored to a character, clamped to [0, seq]).", map[string]*huma.Schema{
+			"streamId": {Type: "string"}, "from": integer("Where this reader's text starts."), "seq": integer("Produced length."),
+			"durableSeq": integer("Durable length."), "ended": {Type: "boolean", Description: "Already sealed."},
+		}, "streamId", "from", "seq", "durableSeq", "ended"),
+		"chunk": frame("ChunkFrame", "chunk", "Produced text: it starts at from, and its length in UTF-16 code units is seq - from. Apply it at from.", map[string]*huma.Schema{
+			"from": integer("Start offset."), "seq": integer("End offset."), "text": {Type: "string"},
+		}, "from", "seq", "text"),
+		"durable": frame("DurableFrame", "durable", "The store holds the text through seq.", map[string]*huma.Schema{"seq": integer("Durable length.")}, "seq"),
+		"end": frame("EndFrame", "end", "Sealed: seq is the durable length and status what the store holds. The last frame.", map[string]*huma.Schema{
+			"seq": integer("The durable length at the seal."), "status": status, "error": {Type: "string"},
+		}, "seq", "status"),
+		"stale": frame("StaleFrame", "stale", "This reader must read the durable view (GET /v1/streams/{id}) instead. The last frame.", map[string]*huma.Schema{
+			"floorSeq": integer("The lowest offset the live plane still serves."), "durableSeq": integer("Durable length."),
+		}, "floorSeq", "durableSeq"),
+		"absent": frame("AbsentFrame", "absent", "Nothing to serve here. The last frame.", nil),
+	}
+	union := &huma.Schema{Description: "One event stream frame, as each event's data.", Discriminator: &huma.Discriminator{PropertyName: "type", Mapping: refs}}
+	for _, typ := range []string{"open", "chunk", "durable", "end", "stale", "absent"} {
+		union.OneOf = append(union.OneOf, &huma.Schema{Ref: refs[typ]})
+	}
+	schemas.Map()["Frame"] = union
+	return &huma.Schema{Ref: "#/components/schemas/Frame"}
+}
+
+// problem is a reference to the problem details schema, registered if no route did yet.
+func (s *Server) problem() *huma.Schema {
+	return s.api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[huma.ErrorModel](), true, "")
+}
+
+func (s *Server) problemResponse(doc string) *huma.Response {
+	return &huma.Response{Description: doc, Content: map[string]*huma.MediaType{"application/problem+json": {Schema: s.problem()}}}
+}
+
+func (s *Server) registerEvents() {
+	const path = "/v1/streams/{id}/events"
+	s.api.OpenAPI().AddOperation(&huma.Operation{
+		OperationID: "streamEvents", Method: http.MethodGet, Path: path, Security: security(),
+		Summary: "Server-sent events: the durable prefix from the view, then the live tail",
+		Description: "One event per frame: `id:` is the resume point (none for stale and absent), `data:` the frame JSON. `Last-Event-ID` wins over `from`. " +
+			"A `retry:` field comes first, and a `: ping` comment every 15 s. A reconnect whose `Last-Event-ID` is at or past the end of a sealed stream gets 204, which stops a browser's EventSource. " +
+			"While the stream is live, the `Rindle-Host` response header names the instance producing it.",
+		Parameters: []*huma.Param{
+			{Name: "id", In: "path", Required: true, Schema: &huma.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(200)}},
+			{Name: "from", In: "query", Description: "How much of the text the reader holds (UTF-16 code units).", Schema: &huma.Schema{Type: "integer", Format: "int64", Minimum: ptr(0.0)}},
+			{Name: "Last-Event-ID", In: "header", Description: "Sent by EventSource on a reconnect: the last event's id.", Schema: &huma.Schema{Type: "string"}},
+			{Name: "access_token", In: "query", Schema: &huma.Schema{Type: "string"},
+				Description: "The bearer token, for clients that cannot set headers (a browser's EventSource; RFC 6750 §2.3). The Authorization header wins. URLs end up in logs: prefer short-lived tokens here."},
+		},
+		Responses: map[string]*huma.Response{
+			"200": {Description: "A stream of frames, one per event, ending with exactly one of end, stale or absent.",
+				Headers: map[string]*huma.Param{HostHeader: {Description: "The instance producing the stream, while it is live.", Schema: &huma.Schema{Type: "string"}}},
+				Content: map[string]*huma.MediaType{"text/event-stream": {Schema: &huma.Schema{Type: "array", Items: s.frameSchemas()}}}},
+			"204": {Description: "The reconnect is at or past the end of a sealed stream: nothing more will come."},
+			"400": s.problemResponse("Malformed offset"),
+			"401": s.problemResponse("No valid bearer token"),
+			"403": s.problemResponse("Denied, or no such stream"),
+			"503": s.problemResponse("The database or the view is unavailable"),
+		},
+	})
+	s.mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		// Everything that can fail does so before the first byte, while a status is possible.
+		a, err := s.reader(r.Context(), eventsAuth(r), id)
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		from, err := producer.ResumeFromRequest(r)
+		if err != nil {
+			writeProblem(w, huma.Error400BadRequest(err.Error()))
+			return
+		}
+		if r.Header.Get("Last-Event-ID") != "" && s.sealedBy(r, id, from) {
+			// The HTML spec: a 204 stops an EventSource from reconnecting.
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if a.host != "" {
+			w.Header().Set(HostHeader, a.host)
+		}
+		j, err := Join(r.Context(), s.cfg.View, s.cfg.Plane, nil, id, from)
+		if err != nil {
+			writeProblem(w, s.viewError(err))
+			return
+		}
+		if err := producer.WriteSSE(r.Context(), w, j, s.cfg.SSE); err != nil && r.Context().Err() == nil {
+			s.cfg.Logger.Debug("sse: stream ended", "stream", id, "err", err)
+		}
+	})
+}
+
+// sealedBy reports whether the stream is sealed with nothing past from: the view says so, or
+// the live stream here ended there.
+func (s *Server) sealedBy(r *http.Request, id string, from producer.Seq) bool {
+	if st, ok := s.cfg.Plane.Stream(id); ok {
+		if st.Ended() && from >= st.DurableSeq() {
+			return true
+		}
+	}
+	m, err := s.cfg.View.Get(r.Context(), id)
+	return err == nil && m.Status.Terminal() && from >= m.Seq
+}
+
+// eventsAuth is the Authorization header, or else the access_token query parameter: a
+// browser's EventSource cannot set headers.
+func eventsAuth(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		return h
+	}
+	if tok := r.URL.Query().Get("access_token"); tok != "" {
+		return "Bearer " + tok
+	}
+	return ""
+}

@@ -1,0 +1,182 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// registerIngest serves the streaming append: every piece of a (chunked) text/plain body is
+// pushed as it arrives, so a pipe (curl -T -) streams tokens through. huma reads a body whole,
+// so this is a raw handler, documented in the same OpenAPI document.
+func (s *Server) registerIngest() {
+	const path = "/v1/streams/{id}/ingest"
+	result := s.api.OpenAPI().Components.Schemas.Schema(reflectType[AppendResult](), true, "")
+	s.api.OpenAPI().AddOperation(&huma.Operation{
+		OperationID: "ingestStream", Method: http.MethodPost, Path: path, Security: security(),
+		Summary: "Push a streamed text/plain body, each piece as it arrives",
+		Description: "Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. " +
+			"With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. " +
+			"When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.",
+		Parameters: []*huma.Param{
+			{Name: "id", In: "path", Required: true, Schema: &huma.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(200)}},
+			{Name: "expectedSeq", In: "query", Description: "The offset the body starts at, as the producer believes (see append).", Schema: &huma.Schema{Type: "integer", Format: "int64", Minimum: ptr(0.0)}},
+		},
+		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{"text/plain": {Schema: &huma.Schema{Type: "string"}}}},
+		Responses: map[string]*huma.Response{
+			"200": {Description: "The body was pushed, or the ingest stopped because a reader cancelled (`cancelled`).", Content: map[string]*huma.MediaType{"application/json": {Schema: result}}},
+			"400": s.problemResponse("Invalid UTF-8 or a malformed expectedSeq (what came before the invalid bytes was pushed)"),
+			"401": s.problemResponse("No valid bearer token"),
+			"403": s.problemResponse("No producer scope"),
+			"404": s.problemResponse("Not open on this instance"),
+			"409": s.problemResponse("Sealed, sealed by another writer, cancelled, or the body cannot start at expectedSeq (the problem's seq says where the stream is)"),
+			"413": s.problemResponse("Over MaxIngestBytes (what came before was pushed)"),
+			"415": s.problemResponse("Not text/plain"),
+			"503": s.problemResponse("This instance cannot confirm its lease: nothing more was taken; retry"),
+		},
+	})
+	s.mux.HandleFunc("POST "+path, func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.producer(r.Header.Get("Authorization")); err != nil {
+			writeProblem(w, err)
+			return
+		}
+		if ct := r.Header.Get("Content-Type"); ct != "" {
+			mt, params, err := mime.ParseMediaType(ct)
+			if cs := strings.ToLower(params["charset"]); err != nil || mt != "text/plain" || (cs != "" && cs != "utf-8") {
+				writeProblem(w, huma.Error415UnsupportedMediaType(fmt.Sprintf("ingest takes text/plain (UTF-8), not %q: nothing was pushed", ct)))
+				return
+			}
+		}
+		st, err := s.hosted(r.PathValue("id"))
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		var at *producer.Seq
+		if raw := r.URL.Query().Get("expectedSeq"); raw != "" {
+			v, err := producer.ParseOffset("expectedSeq", raw)
+			if err != nil {
+				writeProblem(w, huma.Error400BadRequest(err.Error()))
+				return
+			}
+			at = &v
+		}
+		s.ingest(w, r, st, at)
+	})
+}
+
+func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.LiveStream, at *producer.Seq) {
+	// A reader's cancel ends the request: the read in progress is cut short by a deadline.
+	rc := http.NewResponseController(w)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-st.CancelRequested():
+			_ = rc.SetReadDeadline(time.Now())
+		case <-st.Done():
+			_ = rc.SetReadDeadline(time.Now())
+		case <-stop:
+		}
+	}()
+	answer := func(res AppendResult) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(res)
+	}
+	var applied producer.Seq
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxIngestBytes)
+	buf := make([]byte, 32<<10)
+	var carry []byte // an incomplete UTF-8 sequence split across reads
+	for {
+		n, rerr := body.Read(buf)
+		if st.Cancelled() {
+			answer(AppendResult{StreamState: stateOf(st), Applied: applied})
+			return
+		}
+		if errors.Is(rerr, os.ErrDeadlineExceeded) {
+			if err := refusal(st); err != nil {
+				writeProblem(w, s.producerError(st.ID(), "the text could not be pushed", err))
+				return
+			}
+		}
+		chunk := append(carry, buf[:n]...)
+		cut := len(chunk)
+		// Hold back a trailing incomplete sequence (at most 3 bytes) for the next read.
+		for i := len(chunk) - 1; i >= 0 && i >= len(chunk)-3; i-- {
+			if utf8.RuneStart(chunk[i]) {
+				if !utf8.FullRune(chunk[i:]) {
+					cut = i
+				}
+				break
+			}
+		}
+		if rerr != nil {
+			cut = len(chunk) // nothing more will complete it
+		}
+		carry = append([]byte(nil), chunk[cut:]...)
+		valid := validPrefix(chunk[:cut])
+		if valid > 0 {
+			text := string(chunk[:valid])
+			took, err := push(st, at, text)
+			if errors.Is(err, producer.ErrCancelled) {
+				answer(AppendResult{StreamState: stateOf(st), Applied: applied})
+				return
+			}
+			if err != nil {
+				writeProblem(w, s.producerError(st.ID(), "the text could not be pushed", err))
+				return
+			}
+			applied += took
+			if at != nil {
+				*at += producer.Len16(text)
+			}
+		}
+		if valid < cut {
+			writeProblem(w, huma.Error400BadRequest(fmt.Sprintf("the body is not valid UTF-8 after %d code units; what came before was pushed", st.Seq())))
+			return
+		}
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(rerr, &tooBig):
+			writeProblem(w, huma.Error413RequestEntityTooLarge(fmt.Sprintf("the ingest passed %d bytes; what came before was pushed", s.cfg.MaxIngestBytes)))
+			return
+		case errors.Is(rerr, io.EOF):
+			answer(AppendResult{StreamState: stateOf(st), Applied: applied})
+			return
+		case rerr != nil:
+			writeProblem(w, huma.Error400BadRequest("reading the body: "+rerr.Error()))
+			return
+		}
+	}
+}
+
+// refusal is why the stream takes no more text, if it takes none: what a Push would say.
+func refusal(st *producer.LiveStream) error {
+	if !st.Ended() {
+		return nil
+	}
+	return st.Push("x")
+}
+
+// validPrefix is the length of b's longest valid UTF-8 prefix.
+func validPrefix(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return len(b)
+}

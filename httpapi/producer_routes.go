@@ -1,0 +1,268 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// The producer routes: create, open, append, flush, close. Every answer carries the stream's
+// state as this instance knows it, the cancel flag included, so an HTTP producer learns of a
+// reader's cancel on its next request.
+
+// StreamState is what every producer answer says about the stream.
+type StreamState struct {
+	Seq        producer.Seq `json:"seq" doc:"Produced UTF-16 code units."`
+	DurableSeq producer.Seq `json:"durableSeq" doc:"UTF-16 code units the store confirmed."`
+	Cancelled  bool         `json:"cancelled" doc:"A reader asked the producer to stop, and this instance has seen it: push nothing more, and close the stream (it seals as cancelled)."`
+}
+
+func stateOf(st *producer.LiveStream) StreamState {
+	return StreamState{Seq: st.Seq(), DurableSeq: st.DurableSeq(), Cancelled: st.Cancelled()}
+}
+
+type stateOutput struct {
+	Body StreamState
+}
+
+// AppendResult is append's and ingest's answer.
+type AppendResult struct {
+	StreamState
+	Applied producer.Seq `json:"applied" doc:"UTF-16 code units of this request that were new: less than its length when a retry with expectedSeq found some of it already there (0: all of it)."`
+}
+
+type appendOutput struct {
+	Body AppendResult
+}
+
+type createBody struct {
+	ID     string `json:"id,omitempty" maxLength:"200" doc:"The message id; generated when empty."`
+	ChatID string `json:"chatId,omitempty"`
+	Role   string `json:"role,omitempty"`
+	Owner  string `json:"owner" minLength:"1" doc:"The subject allowed to read the message."`
+}
+
+type createOutput struct {
+	Status int
+	Body   struct {
+		ID string `json:"id"`
+	}
+}
+
+type appendBody struct {
+	Text        jsonText      `json:"text" doc:"The delta to push: valid UTF-8, no unpaired surrogate escapes."`
+	ExpectedSeq *producer.Seq `json:"expectedSeq,omitempty" minimum:"0" doc:"The offset this text starts at, as the producer believes: with it the append is idempotent. Text the stream already holds there is absorbed (a retry after a lost reply); text that cannot start there is refused with 409 and the stream's seq."`
+}
+
+type closeBody struct {
+	Error string `json:"error,omitempty" doc:"Seal with status error and this message."`
+}
+
+func (s *Server) registerProducerRoutes() {
+	api := s.api
+	huma.Register(api, huma.Operation{OperationID: "createMessage", Method: http.MethodPost, Path: "/v1/messages",
+		Summary: "Create a message row (the app-side step before a stream opens)", Security: security(), DefaultStatus: http.StatusCreated,
+		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusServiceUnavailable}},
+		func(ctx context.Context, in *struct {
+			AuthHeader
+			Body createBody
+		}) (*createOutput, error) {
+			if _, err := s.producer(in.Authorization); err != nil {
+				return nil, err
+			}
+			id := in.Body.ID
+			if id == "" {
+				id = fmt.Sprintf("msg-%d", time.Now().UnixNano())
+			}
+			tag, err := s.cfg.Pool.Exec(ctx, "INSERT INTO messages (id, chat_id, role, owner) VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4) ON CONFLICT (id) DO NOTHING",
+				id, in.Body.ChatID, in.Body.Role, in.Body.Owner)
+			if err != nil {
+				return nil, s.unavailable("create message", err)
+			}
+			if tag.RowsAffected() == 0 {
+				return nil, huma.Error409Conflict(fmt.Sprintf("message %s already exists", id))
+			}
+			out := &createOutput{Status: http.StatusCreated}
+			out.Body.ID = id
+			return out, nil
+		})
+
+	huma.Register(api, huma.Operation{OperationID: "openStream", Method: http.MethodPost, Path: "/v1/streams/{id}/open",
+		Summary: "Open a stream on this instance", Security: security(),
+		Errors:  []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusServiceUnavailable}},
+		func(ctx context.Context, in *StreamPath) (*stateOutput, error) {
+			if _, err := s.producer(in.Authorization); err != nil {
+				return nil, err
+			}
+			// The owner travels with the live stream, so its readers are authorized from memory.
+			meta := &streamMeta{}
+			if err := s.cfg.Pool.QueryRow(ctx, "SELECT owner FROM messages WHERE id = $1", in.ID).Scan(&meta.owner); errors.Is(err, pgx.ErrNoRows) {
+				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s: open refused: no message row: create it first", in.ID))
+			} else if err != nil {
+				return nil, s.unavailable("open", err)
+			}
+			st, err := s.cfg.Plane.Open(ctx, producer.OpenStreamInput{StreamID: in.ID, Meta: meta})
+			if errors.Is(err, producer.ErrOpenRefused) {
+				return nil, huma.Error409Conflict(err.Error())
+			}
+			if err != nil {
+				return nil, s.producerError(in.ID, "the stream could not be opened", err)
+			}
+			return &stateOutput{Body: stateOf(st)}, nil
+		})
+
+	huma.Register(api, huma.Operation{OperationID: "appendStream", Method: http.MethodPost, Path: "/v1/streams/{id}/append",
+		Summary:     "Push text into a stream",
+		Description: "With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.",
+		Security:    security(), MaxBodyBytes: s.cfg.MaxBodyBytes,
+		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict,
+			http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable}},
+		func(ctx context.Context, in *struct {
+			StreamPath
+			Body appendBody
+		}) (*appendOutput, error) {
+			if _, err := s.producer(in.Authorization); err != nil {
+				return nil, err
+			}
+			if in.Body.Text.bad != "" {
+				return nil, huma.Error400BadRequest(in.Body.Text.bad + ": nothing was pushed")
+			}
+			st, err := s.hosted(in.ID)
+			if err != nil {
+				return nil, err
+			}
+			applied, err := push(st, in.Body.ExpectedSeq, in.Body.Text.s)
+			if err != nil {
+				return nil, s.producerError(in.ID, "the text could not be pushed", err)
+			}
+			return &appendOutput{Body: AppendResult{StreamState: stateOf(st), Applied: applied}}, nil
+		})
+
+	huma.Register(api, huma.Operation{OperationID: "flushStream", Method: http.MethodPost, Path: "/v1/streams/{id}/flush",
+		Summary: "Return once everything produced is durable", Security: security(),
+		Errors:  []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}},
+		func(ctx context.Context, in *StreamPath) (*stateOutput, error) {
+			if _, err := s.producer(in.Authorization); err != nil {
+				return nil, err
+			}
+			st, err := s.hosted(in.ID)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := st.Flush(ctx); err != nil {
+				return nil, s.producerError(in.ID, "the produced text is not durable", err)
+			}
+			return &stateOutput{Body: stateOf(st)}, nil
+		})
+
+	huma.Register(api, huma.Operation{OperationID: "closeStream", Method: http.MethodPost, Path: "/v1/streams/{id}/close",
+		Summary:     "Seal a stream: complete (cancelled after a reader's cancel), or error with a message",
+		Description: "The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.",
+		Security:    security(),
+		Errors:      []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}},
+		func(ctx context.Context, in *struct {
+			StreamPath
+			Body *closeBody `required:"false"`
+		}) (*stateOutput, error) {
+			if _, err := s.producer(in.Authorization); err != nil {
+				return nil, err
+			}
+			st, err := s.hosted(in.ID)
+			if err != nil {
+				return nil, err
+			}
+			if in.Body != nil && in.Body.Error != "" {
+				err = st.Fail(ctx, errors.New(in.Body.Error))
+			} else {
+				err = st.Close(ctx)
+			}
+			if err != nil {
+				return nil, s.producerError(in.ID, "the seal has not committed yet; this instance retries it until it does (POST close again to wait for it)", err)
+			}
+			return &stateOutput{Body: stateOf(st)}, nil
+		})
+}
+
+// push is append's and ingest's push: idempotent with an expected offset.
+func push(st *producer.LiveStream, at *producer.Seq, text string) (producer.Seq, error) {
+	if at != nil {
+		return st.PushAt(*at, text)
+	}
+	if err := st.Push(text); err != nil {
+		return 0, err
+	}
+	return producer.Len16(text), nil
+}
+
+// hosted finds a stream open on this instance. For producers existence is not a secret: 404.
+func (s *Server) hosted(id string) (*producer.LiveStream, error) {
+	st, ok := s.cfg.Plane.Stream(id)
+	if !ok {
+		return nil, huma.Error404NotFound(fmt.Sprintf("stream %s is not open on this instance", id))
+	}
+	return st, nil
+}
+
+// retryAfter is the Retry-After of a 503 that a producer should retry: a suspended host is
+// usually back within a lease interval.
+const retryAfter = "1"
+
+// conflictError is a 409 problem that says where the stream is, so a producer can resume.
+type conflictError struct {
+	huma.ErrorModel
+	Seq       producer.Seq `json:"seq" doc:"The stream's length: where to resume."`
+	Cancelled bool         `json:"cancelled,omitempty" doc:"A reader cancelled the stream: close it."`
+}
+
+func (e *conflictError) Error() string  { return e.Detail }
+func (e *conflictError) GetStatus() int { return e.Status }
+func (e *conflictError) ContentType(string) string {
+	return "application/problem+json"
+}
+
+func conflict(detail string, seq producer.Seq, cancelled bool) error {
+	return &conflictError{ErrorModel: huma.ErrorModel{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Detail: detail}, Seq: seq, Cancelled: cancelled}
+}
+
+// producerError maps a producer-route failure to its status. A fence (another writer sealed the
+// stream), a sealed or cancelled stream and an offset conflict are 409: retrying the same
+// request cannot help. A suspended host (its lease could not be renewed) is 503 with
+// Retry-After: nothing was taken, and the same request may succeed shortly. A durability
+// shortfall is 503 with what the store holds.
+func (s *Server) producerError(id, what string, err error) error {
+	var fence *producer.FencedError
+	var oc *producer.OffsetConflictError
+	var nd *producer.NotDurableError
+	switch {
+	case errors.As(err, &fence):
+		return conflict(fmt.Sprintf("stream %s was sealed by another writer: the store holds %d characters, status %s (this instance's lease lapsed); no more text is taken", id, fence.Seq, fence.Status), fence.Seq, false)
+	case errors.As(err, &oc):
+		return conflict(fmt.Sprintf("stream %s: this text cannot start at %d: %s; nothing was pushed", id, oc.At, oc.Reason), oc.Seq, false)
+	case errors.Is(err, producer.ErrInvalidText):
+		return huma.Error400BadRequest("the text is not valid UTF-8: nothing was pushed")
+	case errors.Is(err, producer.ErrCancelled):
+		st, _ := s.cfg.Plane.Stream(id)
+		var seq producer.Seq
+		if st != nil {
+			seq = st.Seq()
+		}
+		return conflict(fmt.Sprintf("stream %s was cancelled by a reader: nothing more is taken; close it", id), seq, true)
+	case errors.Is(err, producer.ErrSuspended):
+		return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("stream %s: this instance cannot confirm its lease on the database right now, so it takes no text; nothing of this request was taken: retry", id)),
+			http.Header{"Retry-After": {retryAfter}})
+	case errors.As(err, &nd):
+		return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("%s: %d of %d characters are durable", what, nd.DurableSeq, nd.Seq)),
+			http.Header{"Retry-After": {retryAfter}})
+	case errors.Is(err, producer.ErrClosed):
+		return huma.Error409Conflict(fmt.Sprintf("stream %s is sealed", id))
+	}
+	s.cfg.Logger.Warn("producer route failed", "stream", id, "err", err)
+	return huma.Error503ServiceUnavailable(what)
+}
