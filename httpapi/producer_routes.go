@@ -96,7 +96,7 @@ func (s *Server) registerProducerRoutes() {
 
 	huma.Register(api, huma.Operation{OperationID: "openStream", Method: http.MethodPost, Path: "/v1/streams/{id}/open",
 		Summary: "Open a stream on this instance", Security: security(),
-		Errors:  []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusServiceUnavailable}},
+		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusServiceUnavailable}},
 		func(ctx context.Context, in *StreamPath) (*stateOutput, error) {
 			if _, err := s.producer(in.Authorization); err != nil {
 				return nil, err
@@ -147,7 +147,7 @@ func (s *Server) registerProducerRoutes() {
 
 	huma.Register(api, huma.Operation{OperationID: "flushStream", Method: http.MethodPost, Path: "/v1/streams/{id}/flush",
 		Summary: "Return once everything produced is durable", Security: security(),
-		Errors:  []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}},
+		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}},
 		func(ctx context.Context, in *StreamPath) (*stateOutput, error) {
 			if _, err := s.producer(in.Authorization); err != nil {
 				return nil, err

@@ -13,10 +13,10 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
-	"github.com/rs/cors"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/cors"
 
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -136,7 +136,7 @@ func New(cfg Config) (*Server, error) {
 	hc.Info.Description = "Durable, resumable language-model answers: every delta fanned out live, checkpointed into Postgres, one offset (`seq`, in UTF-16 code units) across both."
 	hc.Info.License = &huma.License{Name: "Proprietary"}
 	hc.OpenAPIPath = "/openapi"
-	hc.DocsPath = "" // served from the binary by serveDocs: no CDN
+	hc.DocsPath = ""     // served from the binary by serveDocs: no CDN
 	hc.CreateHooks = nil // no $schema links in bodies: clients see exactly the documented shapes
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "JWT"},
