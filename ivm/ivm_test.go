@@ -259,7 +259,7 @@ func TestRandomWorkloadWithFaults(t *testing.T) {
 			for range 1 + rng.IntN(8) {
 				d.WriteString(alphabet[rng.IntN(len(alphabet))])
 			}
-			if err := handles[i].Push(d.String()); err != nil {
+			if err := handles[i].Push(d.String()); err != nil && !errors.Is(err, producer.ErrCancelled) {
 				require.ErrorIs(t, err, producer.ErrClosed)
 			}
 		case k < 65:
