@@ -16,7 +16,7 @@ import (
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
-var update = flag.Bool("update", false, "rewrite client/openapi-3.0.json from the served document") //nolint:gochecknoglobals // test flag
+var update = flag.Bool("update", false, "rewrite client/openapi.json and client/openapi-3.0.json from the served documents") //nolint:gochecknoglobals // test flag
 
 // TestGeneratedClientDrivesTheAPI: the client generated from the served document drives
 // create → open → append → subscribe → close, and the committed document is what the server
@@ -27,14 +27,17 @@ func TestGeneratedClientDrivesTheAPI(t *testing.T) {
 	c := serve(t, w)
 	ctx := t.Context()
 
-	served := c.do("GET", "/openapi-3.0.json", "", nil)
-	require.Equal(t, http.StatusOK, served.status)
-	if *update {
-		require.NoError(t, os.WriteFile("client/openapi-3.0.json", served.body, 0o644))
+	// Both served documents are committed: the generators read them, and CI lints them.
+	for _, doc := range []string{"openapi-3.0.json", "openapi.json"} {
+		served := c.do("GET", "/"+doc, "", nil)
+		require.Equal(t, http.StatusOK, served.status)
+		if *update {
+			require.NoError(t, os.WriteFile("client/"+doc, served.body, 0o644))
+		}
+		committed, err := os.ReadFile("client/" + doc)
+		require.NoError(t, err)
+		require.JSONEq(t, string(committed), string(served.body), "the API changed: regenerate httpapi/client (see its package doc)")
 	}
-	committed, err := os.ReadFile("client/openapi-3.0.json")
-	require.NoError(t, err)
-	require.JSONEq(t, string(committed), string(served.body), "the API changed: regenerate httpapi/client (see its package doc)")
 
 	bearer := func(tok string) apiclient.ClientOption {
 		return apiclient.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {

@@ -134,7 +134,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	hc := huma.DefaultConfig("Rindle streams", "1.0.0")
 	hc.Info.Description = "Durable, resumable language-model answers: every delta fanned out live, checkpointed into Postgres, one offset (`seq`, in UTF-16 code units) across both."
-	hc.Info.License = &huma.License{Name: "Proprietary"}
+	hc.Servers = []*huma.Server{{URL: "/", Description: "This server (the document is served by the API it describes)."}}
 	hc.OpenAPIPath = "/openapi"
 	hc.DocsPath = ""     // served from the binary by serveDocs: no CDN
 	hc.CreateHooks = nil // no $schema links in bodies: clients see exactly the documented shapes

@@ -35,6 +35,7 @@ import (
 // settings are every knob, from flags with environment defaults.
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
+	corsOrigins                                                             string
 	drainTimeout, leaseTTL, connectTimeout                                  time.Duration
 }
 
@@ -75,6 +76,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.otlp, "otlp-endpoint", env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), "OTLP/HTTP collector base URL; empty exports nothing [OTEL_EXPORTER_OTLP_ENDPOINT]")
 	fs.StringVar(&s.demo, "demo", env("RINDLE_DEMO", "auto"), "serve the demo page at / and its synthetic generator: true, false, or auto (on with the private cluster only) [RINDLE_DEMO]")
 	fs.StringVar(&s.brokerURL, "broker-url", env("RINDLE_BROKER_URL", ""), "NATS JetStream URL (nats://host:4222) that carries CDC events to every instance and relays live tails between them; empty runs in-process, one instance only [RINDLE_BROKER_URL]")
+	fs.StringVar(&s.corsOrigins, "cors-origins", env("RINDLE_CORS_ORIGINS", ""), "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com), or *; empty allows same-origin only [RINDLE_CORS_ORIGINS]")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", envDuration(getenv, "RINDLE_LEASE_TTL", checkpoint.DefaultLeaseTTL), "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
 	fs.DurationVar(&s.connectTimeout, "connect-timeout", envDuration(getenv, "RINDLE_CONNECT_TIMEOUT", cdc.DefaultConnectTimeout), "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
@@ -284,6 +286,17 @@ func envDuration(getenv func(string) string, k string, def time.Duration) time.D
 	return def
 }
 
+// origins splits -cors-origins.
+func (s *settings) origins() []string {
+	var out []string
+	for _, o := range strings.Split(s.corsOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // demoOn resolves -demo: auto serves the demo only with the private development cluster, since
 // its start route lets anyone start a generation.
 func (s *settings) demoOn() bool {
@@ -418,6 +431,7 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 
 	api, err := httpapi.New(httpapi.Config{
 		Plane: plane, View: view, Pool: pool, Secret: secret, Logger: logger, Metrics: tel.MetricsHandler, HostID: hostID,
+		AllowedOrigins: s.origins(),
 		Ready: func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
