@@ -9,7 +9,8 @@
 // runs as that user.
 //
 // Lifecycle: Start initializes the data directory if it has none (so a kept directory survives
-// restarts) and starts the server; Stop stops it. Errors name the binary or step that failed and
+// restarts) and starts the server, or adopts the server already running there (a program
+// killed without stopping it); Stop stops it. Errors name the binary or step that failed and
 // carry its output; a missing binary says how to install it.
 package pgcluster
 
@@ -180,11 +181,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	opts := strings.Join(settings, " ")
 	logFile := filepath.Join(dir, "postgres.log")
 	timeout := strconv.Itoa(int(cfg.StartTimeout.Seconds()))
+	c.URL = fmt.Sprintf("host=%s user=postgres dbname=postgres sslmode=disable", c.SocketDir)
+	// A server already running on this data directory is one a previous program left behind
+	// (killed, not stopped): adopt it rather than fail on its lock file.
+	if c.command(ctx, c.pgCtl, "status", "-D", c.data).Run() == nil {
+		return c, nil
+	}
 	if out, err := c.command(ctx, c.pgCtl, "start", "-w", "-t", timeout, "-D", c.data, "-l", logFile, "-o", opts).CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(logFile)
 		return nil, fmt.Errorf("pgcluster: pg_ctl start in %s: %w\n%s\n%s", c.data, err, out, tail(log, 4000))
 	}
-	c.URL = fmt.Sprintf("host=%s user=postgres dbname=postgres sslmode=disable", c.SocketDir)
 	return c, nil
 }
 

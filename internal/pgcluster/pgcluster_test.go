@@ -33,6 +33,13 @@ func TestAKeptClusterSurvivesARestart(t *testing.T) {
 	_, err = conn.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)")
 	require.NoError(t, err)
 	conn.Close(ctx)
+
+	// A program killed without stopping its cluster: the next Start adopts the running server.
+	adopted, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir})
+	require.NoError(t, err)
+	conn, err = pgx.Connect(ctx, adopted.URL)
+	require.NoError(t, err)
+	conn.Close(ctx)
 	require.NoError(t, c.Stop(ctx))
 
 	c, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Ephemeral: true})
