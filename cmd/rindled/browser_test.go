@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -119,4 +120,40 @@ func attr(t *testing.T, ctx context.Context, key string) string {
 	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.dataset.`+key+` || ""`))
 	require.NoError(t, err)
 	return s
+}
+
+// TestDemoPageSurvivesItsProducerKilled: the page reads through @rindle/client while the
+// instance producing the answer is killed with SIGKILL mid-answer and restarted. The client's
+// reconnects fail, then land on the new process, which sealed the stream interrupted at start
+// (same host id); the page ends with exactly the durable text and says interrupted.
+func TestDemoPageSurvivesItsProducerKilled(t *testing.T) {
+	ctx := browser(t)
+	db := pgtest.NewDB(t)
+	t.Cleanup(func() { // after both processes stopped: the slot outlives them
+		_, _ = db.Pool.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", db.Slot())
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	bin := buildRindled(t)
+	args := []string{"-addr", addr, "-slot", db.Slot(), "-host-id", "demo-host", "-demo", "true", "-drain-timeout", "5s"}
+	env := []string{"DATABASE_URL=" + db.URL, "RINDLE_JWT_SECRET=" + testSecret}
+	first := spawn(t, "first", bin, args, env)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(first.base+"/?tokens=3000&rate=60"), chromedp.Click("#ask")))
+	waitJS(t, ctx, `Number(document.getElementById("durable").textContent) > 100`)
+	id := text(t, ctx, "stream-id")
+	first.kill(t)
+	second := spawn(t, "second", bin, args, env)
+	require.Equal(t, first.base, second.base)
+
+	waitJS(t, ctx, `document.body.dataset.verified !== undefined`)
+	require.Empty(t, attr(t, ctx, "broken"))
+	require.Equal(t, "interrupted", text(t, ctx, "status"))
+	stored, status := db.DurableText(t, id)
+	require.Equal(t, "interrupted", status)
+	require.Equal(t, stored, text(t, ctx, "text"), "the page ends with exactly the durable text")
+	require.Equal(t, "equal", attr(t, ctx, "verified"))
+	require.Greater(t, len(stored), 100)
 }

@@ -33,7 +33,13 @@ import (
 )
 
 //go:embed index.html
-var page []byte
+var page []byte //nolint:gochecknoglobals // go:embed needs a package variable; read-only
+
+// client is @rindle/client (clients/ts) bundled for the page: `npm run build` there writes it,
+// and CI checks the committed file is what the sources build.
+//
+//go:embed rindle-client.js
+var client []byte //nolint:gochecknoglobals // go:embed needs a package variable; read-only
 
 // Defaults and bounds of an answer.
 const (
@@ -98,6 +104,10 @@ func (d *Demo) Register(mux *http.ServeMux) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(page)
+	})
+	mux.HandleFunc("GET /demo/rindle-client.js", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		_, _ = w.Write(client)
 	})
 	mux.HandleFunc("POST /demo/answers", d.start)
 }
