@@ -277,3 +277,20 @@ func TestLeaseFencesItselfBeforeItLapses(t *testing.T) {
 	}
 	require.True(t, lease.Held())
 }
+
+// An open of a sealed row is refused as sealed, whatever its length; a row released at 0 (an
+// open whose outcome was unknown) may be opened again.
+func TestOpenOfASealedRowSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withHost("h1"))
+	ctx := t.Context()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status) VALUES
+		('empty-done', 'alice', 'complete'), ('released', 'alice', 'interrupted')`)
+	require.NoError(t, err)
+	_, err = b.plane.Open(ctx, producer.OpenStreamInput{StreamID: "empty-done"})
+	require.ErrorIs(t, err, producer.ErrOpenRefused)
+	require.ErrorContains(t, err, "it is sealed (complete at 0)")
+	s, err := b.plane.Open(ctx, producer.OpenStreamInput{StreamID: "released"})
+	require.NoError(t, err)
+	require.NoError(t, s.Close(ctx))
+}

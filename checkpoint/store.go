@@ -165,6 +165,10 @@ func (s *Store) CheckOpenable(ctx context.Context, streamID string) error {
 		// The CAS column: WHERE seq = 0 never matches NULL, so every chunk would land while its
 		// length CAS silently matched nothing.
 		return refused(streamID, "%q.%q is NULL: the length column must be NOT NULL DEFAULT 0", s.t.Message, c.Seq)
+	case status != nil && producer.Status(*status).Terminal() && !(*status == string(producer.StatusInterrupted) && *seq == 0):
+		// Sealed: a regeneration is a new message id. (Interrupted at 0 is a released open,
+		// which may be opened again.)
+		return refused(streamID, "it is sealed (%s at %d): a regeneration is a new message id, never a resume", *status, *seq)
 	case *seq != 0:
 		return refused(streamID, "the message row already holds %d characters: a regeneration is a new message id, never a resume", *seq)
 	case status != nil && *status == string(producer.StatusStreaming):

@@ -219,5 +219,31 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	} {
 		require.Contains(t, doc.Paths[path], method, "%s %s", method, path)
 	}
-	require.Equal(t, http.StatusOK, c.do("GET", "/docs", "", nil).status)
+	// What generators rely on: append takes JSON only, the event stream's frames are typed and
+	// discriminated, offsets are integers, the token is the security scheme, not a parameter.
+	body := string(r.body)
+	require.NotContains(t, body, "application/octet-stream")
+	require.NotContains(t, body, `"name":"Authorization"`)
+	var full struct {
+		Components struct {
+			Schemas map[string]struct {
+				Discriminator *struct{ PropertyName string } `json:"discriminator"`
+				OneOf         []any                          `json:"oneOf"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &full))
+	frame := full.Components.Schemas["Frame"]
+	require.NotNil(t, frame.Discriminator)
+	require.Equal(t, "type", frame.Discriminator.PropertyName)
+	require.Len(t, frame.OneOf, 6)
+
+	// The docs page and its script come from the binary: nothing from a CDN.
+	page := c.do("GET", "/docs", "", nil)
+	require.Equal(t, http.StatusOK, page.status)
+	require.Contains(t, string(page.body), `src="/docs/redoc.standalone.js"`)
+	require.NotRegexp(t, `src="https?://`, string(page.body))
+	js := c.do("GET", "/docs/redoc.standalone.js", "", nil)
+	require.Equal(t, http.StatusOK, js.status)
+	require.Greater(t, len(js.body), 100_000)
 }

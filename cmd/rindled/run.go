@@ -439,7 +439,8 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 				return errors.New("lease: not renewed in time; this instance refuses pushes until it is")
 			}
 			if err := pool.Ping(ctx); err != nil {
-				return fmt.Errorf("database: %w", err)
+				// The probe is public: say what is wrong, not where the database is.
+				return errors.New("database: unreachable")
 			}
 			st := reader.Stats()
 			if st.Stalled {
