@@ -171,3 +171,54 @@ func TestRelayedJoinEndsWithTheDurableLengthWhenTheProducerDies(t *testing.T) {
 	_, err = j.Next(t.Context())
 	require.ErrorIs(t, err, io.EOF)
 }
+
+// A reader on another instance that joins before the producer opens: the relay has nothing yet
+// (absent), so it follows the view; once the view shows the stream streaming, it moves onto the
+// relayed live tail: one chunk per delta, not the view's checkpoints.
+func TestRelayedReaderInBeforeTheOpenGetsTheLiveTail(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	h := newHub()
+	prod, err := producer.New(producer.Config{Committer: w.store, Authorize: allow, CheckpointChars: 1 << 20,
+		CheckpointInterval: time.Hour, Relay: &producer.Relay{Publish: h.publish}})
+	require.NoError(t, err)
+	absentUntilPublished := func(ctx context.Context, id string, from producer.Seq) (producer.FrameSource, error) {
+		h.mu.Lock()
+		n := len(h.frames[id])
+		h.mu.Unlock()
+		if n == 0 {
+			return nil, nil
+		}
+		return h.attach(ctx, id, from)
+	}
+	read, err := producer.New(producer.Config{Committer: w.store, Authorize: allow, Relay: &producer.Relay{Attach: absentUntilPublished}})
+	require.NoError(t, err)
+	t.Cleanup(func() { prod.Close(); read.Close() })
+	_, err = w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, err := w.view.Get(t.Context(), "m"); return err == nil }, 10*time.Second, 10*time.Millisecond)
+
+	j, err := httpapi.Join(t.Context(), w.view, read, nil, "m", 0)
+	require.NoError(t, err)
+	defer j.Close()
+	require.Equal(t, producer.FrameOpen, readN(t, j, 1)[0].Type)
+
+	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
+	require.NoError(t, err)
+	const deltas = 30
+	for i := range deltas {
+		require.NoError(t, s.Push(string(rune('a'+i%26))+"é"))
+	}
+	// Nothing is durable yet (no checkpoint before the close): only the relay can serve these.
+	text := ""
+	for _, f := range readN(t, j, deltas) {
+		require.Equal(t, producer.FrameChunk, f.Type)
+		require.Equal(t, producer.Len16(text), f.From, "contiguous")
+		text += f.Text
+	}
+	require.Equal(t, producer.Seq(2*deltas), producer.Len16(text), "a chunk per delta")
+	require.NoError(t, s.Close(t.Context()))
+	rest := streamtest.Collect(t, j)
+	require.Equal(t, producer.FrameEnd, rest[len(rest)-1].Type)
+	require.Equal(t, producer.Seq(2*deltas), rest[len(rest)-1].Seq)
+}
