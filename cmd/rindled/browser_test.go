@@ -129,9 +129,7 @@ func attr(t *testing.T, ctx context.Context, key string) string {
 func TestDemoPageSurvivesItsProducerKilled(t *testing.T) {
 	ctx := browser(t)
 	db := pgtest.NewDB(t)
-	t.Cleanup(func() { // after both processes stopped: the slot outlives them
-		_, _ = db.Pool.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", db.Slot())
-	})
+	t.Cleanup(func() { dropSlot(t, db) }) // after both processes stopped: the slot outlives them
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()

@@ -69,9 +69,7 @@ func newChaosEnv(t *testing.T, bin string, broker bool) *chaosEnv {
 	require.NoError(t, err)
 	e.socket = fmt.Sprintf("%s/.s.PGSQL.%d", cfg.Host, cfg.Port)
 	// Registered first, so it runs after every process stopped: the slot outlives them.
-	t.Cleanup(func() {
-		_, _ = e.db.Pool.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", e.db.Slot())
-	})
+	t.Cleanup(func() { dropSlot(t, e.db) })
 	if broker {
 		e.nats = natstest.Start(t)
 	}
@@ -576,6 +574,26 @@ func runChaos(t *testing.T, bin string, sc chaosScenario, report *chaosReport) {
 	if sc.appendBound > 0 && run.maxAppend > sc.appendBound {
 		o.verdict = "FAILED"
 		t.Fatalf("%s: an append took %s: the producer waited for the fault", id, run.maxAppend)
+	}
+}
+
+// dropSlot drops db's slot once its processes are gone. A walsender whose client vanished can
+// hold the slot for a moment; it is terminated until the slot can be dropped.
+func dropSlot(t *testing.T, db *pgtest.DB) {
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, _ = db.Pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", db.Slot())
+		_, _ = db.Pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", db.Slot())
+		var left int
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", db.Slot()).Scan(&left); err == nil && left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("slot %s could not be dropped", db.Slot())
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
