@@ -31,13 +31,14 @@ type LiveSubscriber interface {
 // followed to the end). Chunks are contiguous and never split a surrogate pair, so a client
 // that only appends is correct. It ends with exactly one of end or stale.
 type Joined struct {
-	queue  []producer.Frame
-	live   *producer.Subscription // nil when following the view
-	view   ViewReader
-	id     string
-	pos    producer.Seq // end of what this reader has been sent
-	done   bool
-	closed bool
+	queue   []producer.Frame
+	live    *producer.Subscription // nil when following the view
+	view    ViewReader
+	id      string
+	pos     producer.Seq // end of what this reader has been sent
+	durable producer.Seq // the last durable frame's seq
+	done    bool
+	closed  bool
 
 	// A reader that joined before the stream was live here follows the view, and moves onto
 	// the live tail once the stream opens: on this instance (opened fires), or elsewhere (the
@@ -146,6 +147,17 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 	return j, nil
 }
 
+// dropLive lets go of the live tail (and the watch of a relayed one): the view takes over.
+func (j *Joined) dropLive() {
+	j.live.Close()
+	j.live = nil
+	if j.stopWatch != nil {
+		j.stopWatch()
+		j.stopWatch = nil
+	}
+	j.relayed = false
+}
+
 // goLive makes sub this reader's tail; a relayed one is watched through the view.
 func (j *Joined) goLive(ctx context.Context, sub *producer.Subscription, relayed bool) {
 	j.live = sub
@@ -207,8 +219,7 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 			if errors.Is(err, errSealedElsewhere) || (j.relayed && (errors.Is(err, io.EOF) || err == nil && f.Type == producer.FrameStale)) {
 				// The producer is gone, or the relay broke (a broker outage): the view has the
 				// durable text and will have the end. The reader loses smoothness, not text.
-				j.live.Close()
-				j.live = nil
+				j.dropLive()
 				continue
 			}
 			if errors.Is(err, io.EOF) {
@@ -228,6 +239,12 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 					f.From = j.pos
 				}
 				j.pos = f.Seq
+			}
+			if f.Type == producer.FrameDurable {
+				if f.Seq <= j.durable {
+					continue // a relay replaying from its first frame: already said
+				}
+				j.durable = f.Seq
 			}
 			if f.Terminal() {
 				j.done = true
@@ -302,7 +319,7 @@ func (j *Joined) follow(ctx context.Context) error {
 		j.queue = append(j.queue,
 			producer.Frame{Type: producer.FrameChunk, From: j.pos, Seq: n, Text: producer.Slice16(m.Text, j.pos, n)},
 			producer.Frame{Type: producer.FrameDurable, Seq: n})
-		j.pos = n
+		j.pos, j.durable = n, n
 	}
 	if n := producer.Len16(m.Text); m.Status.Terminal() && n <= j.pos {
 		// The end claims the durable length: a reader that was relayed text its producer

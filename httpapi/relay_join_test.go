@@ -22,6 +22,7 @@ type hub struct {
 	cond   *sync.Cond
 	frames map[string][]producer.Frame
 	broken map[string]bool
+	gen    int // cut ends every source attached before it
 }
 
 func newHub() *hub {
@@ -46,13 +47,25 @@ func (h *hub) fail(id string) {
 }
 
 func (h *hub) attach(_ context.Context, id string, _ producer.Seq) (producer.FrameSource, error) {
-	return &hubSource{h: h, id: id}, nil
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return &hubSource{h: h, id: id, gen: h.gen}, nil
+}
+
+// cut ends the sources attached so far without a terminal (a dropped broker connection); new
+// attaches work, and replay from the first frame.
+func (h *hub) cut() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gen++
+	h.cond.Broadcast()
 }
 
 type hubSource struct {
-	h  *hub
-	id string
-	i  int
+	h   *hub
+	id  string
+	i   int
+	gen int
 }
 
 func (s *hubSource) Next(ctx context.Context) (producer.Frame, error) {
@@ -64,6 +77,8 @@ func (s *hubSource) Next(ctx context.Context) (producer.Frame, error) {
 		switch {
 		case s.h.broken[s.id]:
 			return producer.Frame{}, errors.New("broker down")
+		case s.gen != s.h.gen:
+			return producer.Frame{}, io.EOF
 		case ctx.Err() != nil:
 			return producer.Frame{}, ctx.Err()
 		case s.i < len(s.h.frames[s.id]):
@@ -221,4 +236,43 @@ func TestRelayedReaderInBeforeTheOpenGetsTheLiveTail(t *testing.T) {
 	rest := streamtest.Collect(t, j)
 	require.Equal(t, producer.FrameEnd, rest[len(rest)-1].Type)
 	require.Equal(t, producer.Seq(2*deltas), rest[len(rest)-1].Seq)
+}
+
+// TestRelayedJoinReattachesWithoutGoingBack: the reader's relayed tail is cut (a dropped broker
+// connection), the view serves what was durable meanwhile, and the reader attaches to the relay
+// again, which replays from its first frame: the reader is sent nothing it already had, and
+// durable never goes back.
+func TestRelayedJoinReattachesWithoutGoingBack(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	h := newHub()
+	prod, read := relayedPlanes(t, w, h, 8)
+	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
+	require.NoError(t, err)
+	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
+	require.NoError(t, err)
+	require.NoError(t, s.Push("héllo 😀 wörld, "))
+	_, err = s.Flush(t.Context())
+	require.NoError(t, err)
+
+	j, err := httpapi.Join(t.Context(), w.view, read, nil, "m", 0)
+	require.NoError(t, err)
+	defer j.Close()
+	frames := readN(t, j, 3) // open, the relayed chunk, its durable
+	require.Equal(t, producer.FrameDurable, frames[2].Type)
+	require.NoError(t, s.Push("more, durable too. "))
+	_, err = s.Flush(t.Context())
+	require.NoError(t, err)
+	frames = append(frames, readN(t, j, 2)...) // its chunk and durable: the relay replays lower ones
+	require.Equal(t, producer.FrameDurable, frames[4].Type)
+	h.cut()
+	for range 5 {
+		require.NoError(t, s.Push("and then some. "))
+	}
+	require.NoError(t, s.Close(t.Context()))
+	frames = append(frames, streamtest.Collect(t, j)...)
+	text, end := streamtest.Replay(t, "", frames) // durable never goes back, chunks continue
+	require.Equal(t, producer.FrameEnd, end.Type)
+	body, _ := w.db.DurableText(t, "m")
+	require.Equal(t, body, text)
 }
