@@ -24,6 +24,10 @@ type DB interface {
 	// QueryRow runs a query expected to return at most one row and scans it into dest. It
 	// returns pgx.ErrNoRows when there is none.
 	QueryRow(ctx context.Context, sql string, args []any, dest ...any) error
+	// WriteRow runs one writing statement (its own transaction) that returns at most one row,
+	// and scans it into dest once the statement has committed. It returns pgx.ErrNoRows when
+	// the statement returned none.
+	WriteRow(ctx context.Context, sql string, args []any, dest ...any) error
 }
 
 // PoolDB adapts a pgx pool to DB.
@@ -51,5 +55,11 @@ func (d poolDB) Batch(ctx context.Context, stmts ...Statement) error {
 }
 
 func (d poolDB) QueryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	return d.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+}
+
+// WriteRow is one statement in an implicit transaction: pgx's Scan returns only after the
+// server's ReadyForQuery, so a row in hand means the statement committed.
+func (d poolDB) WriteRow(ctx context.Context, sql string, args []any, dest ...any) error {
 	return d.pool.QueryRow(ctx, sql, args...).Scan(dest...)
 }

@@ -294,3 +294,41 @@ func TestOpenOfASealedRowSaysSo(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close(ctx))
 }
+
+// An append racing a sweep: the sweeper has locked the row; the append waits; the sweeper seals
+// the row (folding its chunks) and commits. The append must then write nothing: a chunk landing
+// after the fold would sit past the sealed row's length.
+func TestAnAppendRacingASweepLeavesNoChunkBehind(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withHost("h1"))
+	ctx := t.Context()
+	s := b.open(t, "m1")
+	require.NoError(t, s.Push(strings.Repeat("a", 16)))
+	b.waitCheckpoint(t)
+
+	sweep, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = sweep.Rollback(ctx) }()
+	_, err = sweep.Exec(ctx, "SELECT 1 FROM messages WHERE id = 'm1' FOR UPDATE")
+	require.NoError(t, err)
+
+	require.NoError(t, s.Push("tail"))
+	flushed := make(chan error, 1)
+	go func() { _, err := s.Flush(ctx); flushed <- err }()
+	require.Eventually(t, func() bool {
+		var waiting int
+		_ = b.db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting)
+		return waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "the append waits for the sweep")
+	_, err = sweep.Exec(ctx, `UPDATE messages SET body = body || coalesce((SELECT string_agg(text, '' ORDER BY seq) FROM message_chunks WHERE stream_id = 'm1'), ''), status = 'interrupted' WHERE id = 'm1'`)
+	require.NoError(t, err)
+	_, err = sweep.Exec(ctx, "DELETE FROM message_chunks WHERE stream_id = 'm1'")
+	require.NoError(t, err)
+	require.NoError(t, sweep.Commit(ctx))
+
+	require.ErrorIs(t, <-flushed, producer.ErrFenced)
+	r := b.durable(t, "m1") // checks the chunks continue the body and the length column agrees
+	require.Equal(t, "interrupted", r.status)
+	require.Equal(t, strings.Repeat("a", 16), r.text)
+	require.Zero(t, r.chunks)
+}

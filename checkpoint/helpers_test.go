@@ -45,6 +45,17 @@ func newFaultDB(inner checkpoint.DB) *faultDB {
 }
 
 func (f *faultDB) Batch(ctx context.Context, stmts ...checkpoint.Statement) error {
+	return f.write(ctx, func(ctx context.Context) error { return f.inner.Batch(ctx, stmts...) })
+}
+
+// WriteRow is a write, faulted as Batch is.
+func (f *faultDB) WriteRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	return f.write(ctx, func(ctx context.Context) error { return f.inner.WriteRow(ctx, sql, args, dest...) })
+}
+
+// write runs one write with the faults set: refused before applying, applied with its reply
+// lost, held at the gate, slowed.
+func (f *faultDB) write(ctx context.Context, apply func(context.Context) error) error {
 	f.batches.Add(1)
 	f.mu.Lock()
 	hook := f.beforeBatch
@@ -76,11 +87,11 @@ func (f *faultDB) Batch(ctx context.Context, stmts ...checkpoint.Statement) erro
 		time.Sleep(latency)
 	}
 	if down || fail {
-		return fmt.Errorf("%w: batch refused before applying", errInjected)
+		return fmt.Errorf("%w: write refused before applying", errInjected)
 	}
-	err := f.inner.Batch(ctx, stmts...)
-	if err == nil && lose {
-		return fmt.Errorf("%w: the batch committed but its reply was lost", errInjected)
+	err := apply(ctx)
+	if (err == nil || errors.Is(err, pgx.ErrNoRows)) && lose {
+		return fmt.Errorf("%w: the write committed but its reply was lost", errInjected)
 	}
 	return err
 }

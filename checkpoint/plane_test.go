@@ -259,8 +259,9 @@ func TestFailedReadBackIsNotClaimedThenReCovers(t *testing.T) {
 	s := b.open(t, "m1")
 	sub, err := b.plane.Subscribe(t.Context(), producer.SubscribeInput{StreamID: "m1"})
 	require.NoError(t, err)
-	// The append applies, but both the store's read-back and the plane's resync fail.
-	b.fdb.set(func(f *faultDB) { f.failQuery = 2 })
+	// The append commits, but its reply is lost, and both the store's read-back and the plane's
+	// resync fail: nothing confirms it.
+	b.fdb.set(func(f *faultDB) { f.loseAck, f.failQuery = 1, 2 })
 	require.NoError(t, s.Push("hello"))
 	_, err = s.Flush(t.Context())
 	require.ErrorIs(t, err, producer.ErrNotDurable)

@@ -53,7 +53,7 @@ var (
 
 // statements is the Store's SQL, built once from the mapping.
 type statements struct {
-	probeOpen, markStreaming, insertChunk, casSeq, readRow, reclaimRow, compactBody, deleteChunks string
+	probeOpen, markStreaming, appendChunk, readRow, reclaimRow, compactBody, deleteChunks string
 }
 
 // New validates cfg and returns a Store.
@@ -103,13 +103,21 @@ func New(cfg Config) (*Store, error) {
 	row := fmt.Sprintf("SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), hostCol, cancelCol, errorCol, msg, q(c.Key))
 	s := statements{
 		probeOpen: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1", q(c.Seq), q(c.Status), msg, q(c.Key)),
-		// Both checkpoint statements are guarded by the same predicate. seq = from: the CAS refuses
-		// to apply twice or out of order, and the guarded insert makes a stale re-cover a no-op
-		// (an unguarded one would land an overlapping chunk under another id). ON CONFLICT is
-		// the belt under those braces.
-		insertChunk: fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s%s) SELECT $1, $2, $3, $4%s WHERE EXISTS (SELECT 1 FROM %s WHERE %s = $2 AND %s = $5 AND %s) ON CONFLICT DO NOTHING",
-			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), traceCol, traceVal, msg, q(c.Key), q(c.Seq), owned(hostArg)),
-		casSeq: fmt.Sprintf("UPDATE %s SET %s = $1 WHERE %s = $2 AND %s = $3 AND %s", msg, q(c.Seq), q(c.Key), q(c.Seq), owned(4)),
+		// The checkpoint is one statement, so one round trip commits and confirms it: the
+		// length compare-and-swap (seq = from, on a row this host still holds), and the chunk
+		// insert driven by the CAS's RETURNING, so it lands only if the CAS did. The UPDATE
+		// takes the row's lock first, so a sweep cannot fold the chunks between the two (an
+		// INSERT guarded by a snapshot EXISTS could land a chunk past a row sealed meanwhile).
+		// seq = from refuses to apply twice or out of order; ON CONFLICT is the belt under
+		// those braces. No row back means nothing was written: the read-back then says why.
+		appendChunk: fmt.Sprintf(`WITH cas AS (
+			UPDATE %[1]s SET %[2]s = $3 WHERE %[3]s = $2 AND %[2]s = $5 AND %[4]s
+			RETURNING %[2]s, %[5]s
+		), ins AS (
+			INSERT INTO %[6]s (%[7]s, %[8]s, %[9]s, %[10]s%[11]s) SELECT $1, $2, $3, $4%[12]s FROM cas ON CONFLICT DO NOTHING
+		)
+		SELECT * FROM cas`, msg, q(c.Seq), q(c.Key), owned(hostArg), cancelCol,
+			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), traceCol, traceVal),
 		// The chunks go only if this compaction's own update landed: a fenced compaction must not
 		// delete chunks it did not fold into the body.
 		deleteChunks: fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND EXISTS (SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 AND %s = $3)",
@@ -207,27 +215,29 @@ func (s *Store) Open(ctx context.Context, in producer.OpenInput) error {
 	return refused(in.StreamID, "another producer won the open race (the row's host is %s); two producers on one stream would interleave their checkpoints, so this one stands down", winner)
 }
 
-// Append inserts the slice and advances the length in one transaction, then reads the row back:
-// the read-back alone decides what is durable. If the transaction's reply is lost, the read-back
-// still tells whether it committed. A row sealed by another writer is a *producer.FencedError
-// carrying what it holds.
+// Append advances the length and inserts the slice in one statement (one round trip), whose
+// returned row is the confirmation: it arrives only once the statement committed. When it
+// returns no row (a stale slice, a retry whose first attempt landed, a fence) or its reply is
+// lost, a read-back of the row decides. A row sealed by another writer is a
+// *producer.FencedError carrying what it holds.
 func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.AppendResult, error) {
 	args := []any{ChunkID(in.StreamID, in.Seq), in.StreamID, int64(in.Seq), in.Text, int64(in.From)}
 	if s.t.Columns.ChunkTraceparent != "" {
 		args = append(args, traceparent(ctx))
 	}
-	casArgs := []any{int64(in.Seq), in.StreamID, int64(in.From)}
 	if s.hasHost {
 		args = append(args, s.token)
-		casArgs = append(casArgs, s.token)
 	}
-	werr := s.db.Batch(ctx,
-		Statement{SQL: s.sqlOf.insertChunk, Args: args},
-		Statement{SQL: s.sqlOf.casSeq, Args: casArgs},
-	)
+	var seq int64
+	var cancel bool
+	werr := s.db.WriteRow(ctx, s.sqlOf.appendChunk, args, &seq, &cancel)
+	if werr == nil {
+		return producer.AppendResult{Durable: producer.Seq(seq), ReadBack: true, CancelRequested: cancel}, nil
+	}
+	wrote := !errors.Is(werr, pgx.ErrNoRows) // an error may hide a commit whose reply was lost
 	r, err := s.row(ctx, in.StreamID, false)
 	switch {
-	case err != nil && werr != nil:
+	case err != nil && wrote:
 		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: %w (read-back: %w)", in.StreamID, in.From, in.Seq, werr, err)
 	case err != nil:
 		// Load-bearing: claiming durability the store did not confirm is the one dishonesty this
@@ -236,11 +246,11 @@ func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.A
 		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: read-back: %w", in.StreamID, in.From, in.Seq, err)
 	case !r.ours(s.token):
 		return r.result(), r.fence(in.StreamID)
-	case werr != nil && r.seq < int64(in.Seq):
+	case wrote && r.seq < int64(in.Seq):
 		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: %w", in.StreamID, in.From, in.Seq, werr)
 	}
-	// Committed (its reply lost or not), or a stale slice the guard refused: the row's length
-	// says which, and the plane re-covers from it.
+	// Committed with its reply lost, or a stale slice the guard refused: the row's length says
+	// which, and the plane re-covers from it.
 	return r.result(), nil
 }
 
