@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
@@ -149,4 +152,27 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// BenchmarkStoreAppend is one stream's checkpoints back to back, through the Store on the real
+// server (fsync on in benchmark runs): the cost of committing and confirming one checkpoint.
+func BenchmarkStoreAppend(b *testing.B) {
+	db := pgtest.NewDB(b)
+	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), Tables: checkpoint.DefaultTables(), HostID: "bench"})
+	require.NoError(b, err)
+	_, err = db.Pool.Exec(b.Context(), "INSERT INTO messages (id, owner) VALUES ('m', 'bench')")
+	require.NoError(b, err)
+	require.NoError(b, store.CheckOpenable(b.Context(), "m"))
+	require.NoError(b, store.Open(b.Context(), producer.OpenInput{StreamID: "m"}))
+	text := strings.Repeat("a checkpoint ", 24)[:300] // about one checkpoint of realistic text
+	var at producer.Seq
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := store.Append(b.Context(), producer.AppendInput{StreamID: "m", From: at, Seq: at + 300, Text: text})
+		if err != nil || res.Durable != at+300 {
+			b.Fatalf("append at %d: %v (durable %d)", at, err, res.Durable)
+		}
+		at += 300
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checkpoints/s")
 }
