@@ -276,3 +276,43 @@ func TestRelayedJoinReattachesWithoutGoingBack(t *testing.T) {
 	body, _ := w.db.DurableText(t, "m")
 	require.Equal(t, body, text)
 }
+
+// TestRelayedJoinNearTheEndOfALongStream: the relay replays from the stream's first frame, and
+// a reader joining at 17,988 of 18,000 units (1,800 relayed frames, more than its queue holds)
+// is served from its offset on the live tail, not re-sent the whole answer and dropped stale.
+func TestRelayedJoinNearTheEndOfALongStream(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	h := newHub()
+	prod, read := relayedPlanes(t, w, h, 1<<20) // no checkpoint before the close: only the relay serves
+	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
+	require.NoError(t, err)
+	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
+	require.NoError(t, err)
+	for range 1800 {
+		require.NoError(t, s.Push("ten units."))
+	}
+	j, err := httpapi.Join(t.Context(), w.view, read, nil, "m", 17988)
+	require.NoError(t, err)
+	defer j.Close()
+	require.NoError(t, s.Push(" and more"))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var frames []producer.Frame
+	for len(frames) == 0 || frames[len(frames)-1].Type != producer.FrameChunk || frames[len(frames)-1].Seq < 18009 {
+		f, err := j.Next(ctx)
+		require.NoError(t, err, "the reader was not served live from its offset")
+		require.NotEqual(t, producer.FrameStale, f.Type)
+		frames = append(frames, f)
+	}
+	require.Equal(t, producer.FrameOpen, frames[0].Type)
+	require.Equal(t, producer.Seq(17988), frames[0].From)
+	text := ""
+	for _, f := range frames[1:] {
+		if f.Type == producer.FrameChunk {
+			text += f.Text
+		}
+	}
+	require.Equal(t, "s.ten units. and more", text, "nothing below the join point was re-sent")
+	require.NoError(t, s.Close(t.Context()))
+}

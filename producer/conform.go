@@ -53,6 +53,12 @@ func (c *Conform) Feed(f Frame) []Frame {
 			return c.violate(fmt.Sprintf("relay open at %d cannot serve the requested %d", f.From, c.from))
 		}
 		c.opened = true
+		if f.From < c.from {
+			// An adapter that replays from the stream's start (JetStream cannot seek by our seq):
+			// the reader holds [0, from), so it is opened there and the replay below is trimmed,
+			// not re-sent (a whole-buffer replay on every join overflows the reader's queue).
+			f = Frame{Type: FrameOpen, StreamID: f.StreamID, From: c.from, Seq: max(f.Seq, c.from), DurableSeq: min(f.DurableSeq, c.from), Ended: f.Ended}
+		}
 		c.pos = f.From
 		return []Frame{f}
 	case FrameChunk:
@@ -77,8 +83,9 @@ func (c *Conform) Feed(f Frame) []Frame {
 		return append(out, f)
 	case FrameDurable:
 		// Informational to a reader, so a claim that rewinds, or that outruns what this reader has
-		// seen produced (P forbids it), is dropped rather than downgraded.
-		if f.Seq < c.lastDurable || f.Seq > c.pos {
+		// seen produced (P forbids it), is dropped rather than downgraded; so is one below the
+		// join point, which a replay from the start carries by the thousand on a long stream.
+		if f.Seq < c.lastDurable || f.Seq > c.pos || f.Seq < c.from {
 			return nil
 		}
 		out := c.openIfNeeded()
