@@ -81,6 +81,12 @@ type Config struct {
 	// DefaultCheckpointInterval.
 	CheckpointInterval time.Duration
 
+	// CheckpointSpread staggers interval checkpoints: each interval timer fires up to this much
+	// earlier, drawn anew each time, so streams opened together (a burst of answers) spread
+	// their commits instead of hitting the store in waves. It never delays a checkpoint. Zero
+	// means none; it must be below CheckpointInterval.
+	CheckpointSpread time.Duration
+
 	// CheckpointRetries is how many times a failing commit is retried before its slice is left
 	// for the next trigger. Zero means DefaultCheckpointRetries; NoRetries means none.
 	CheckpointRetries int
@@ -185,6 +191,9 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, err
 	}
 	out.CheckpointInterval = time.Duration(v)
+	if out.CheckpointSpread < 0 || out.CheckpointSpread >= out.CheckpointInterval {
+		return out, &ConfigError{"CheckpointSpread", "must be at least zero and below CheckpointInterval"}
+	}
 	switch {
 	case out.CheckpointRetries == NoRetries:
 		out.CheckpointRetries = 0

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -362,7 +363,11 @@ func (s *LiveStream) armLocked() {
 	}
 	s.tickGen++
 	gen := s.tickGen
-	s.tick = s.p.cfg.Clock.AfterFunc(s.p.cfg.CheckpointInterval, func() {
+	wait := s.p.cfg.CheckpointInterval
+	if spread := s.p.cfg.CheckpointSpread; spread > 0 {
+		wait -= rand.N(spread + 1)
+	}
+	s.tick = s.p.cfg.Clock.AfterFunc(wait, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if gen != s.tickGen || s.detached {

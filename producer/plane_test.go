@@ -430,3 +430,29 @@ func TestDrainWithNothingLive(t *testing.T) {
 	require.Equal(t, "zzz", text)
 	require.Equal(t, producer.StatusInterrupted, status)
 }
+
+// CheckpointSpread fires interval checkpoints early by at most the spread, never late.
+func TestCheckpointSpreadNeverDelays(t *testing.T) {
+	t.Parallel()
+	clock := clocktest.New()
+	w := newWorld(t, func(c *producer.Config) {
+		c.Clock = clock
+		c.CheckpointInterval = time.Second
+		c.CheckpointSpread = 400 * time.Millisecond
+	})
+	for i := range 20 {
+		s := w.open(t, fmt.Sprintf("m%d", i))
+		require.NoError(t, s.Push("x"))
+	}
+	clock.Advance(599 * time.Millisecond)
+	require.Eventually(t, func() bool { return clock.Pending() == 20 }, 5*time.Second, time.Millisecond, "nothing fires before interval - spread")
+	clock.Advance(401 * time.Millisecond)
+	for i := range 20 {
+		s, _ := w.plane.Stream(fmt.Sprintf("m%d", i))
+		require.Eventually(t, func() bool { return s.DurableSeq() == 1 }, 5*time.Second, time.Millisecond, "every stream checkpointed by the interval")
+	}
+	_, err := producer.New(producer.Config{Committer: producer.CommitFunc(w.store.commit), Authorize: allow, CheckpointInterval: time.Second, CheckpointSpread: time.Second})
+	var ce *producer.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "CheckpointSpread", ce.Field)
+}

@@ -13,7 +13,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +39,7 @@ type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
 	corsOrigins                                                             string
 	drainTimeout, leaseTTL, connectTimeout                                  time.Duration
+	dbMaxConns                                                              int
 }
 
 const usage = `rindled: durable, resumable language-model answers.
@@ -79,12 +82,16 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.corsOrigins, "cors-origins", env("RINDLE_CORS_ORIGINS", ""), "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com), or *; empty allows same-origin only [RINDLE_CORS_ORIGINS]")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", envDuration(getenv, "RINDLE_LEASE_TTL", checkpoint.DefaultLeaseTTL), "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
+	fs.IntVar(&s.dbMaxConns, "db-max-conns", envInt(getenv, "RINDLE_DB_MAX_CONNS", max(16, 4*runtime.NumCPU())), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
 	fs.DurationVar(&s.connectTimeout, "connect-timeout", envDuration(getenv, "RINDLE_CONNECT_TIMEOUT", cdc.DefaultConnectTimeout), "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
 	if extra != nil {
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if s.dbMaxConns < 1 {
+		return nil, fmt.Errorf("-db-max-conns %d: want at least 1", s.dbMaxConns)
 	}
 	switch s.demo {
 	case "auto", "true", "false":
@@ -277,6 +284,14 @@ func version() string {
 	return "devel"
 }
 
+// envInt reads an integer from the environment, or def when unset or malformed.
+func envInt(getenv func(string) string, k string, def int) int {
+	if n, err := strconv.Atoi(getenv(k)); err == nil {
+		return n
+	}
+	return def
+}
+
 // envDuration reads a duration from the environment, or def when unset or malformed (the
 // flag's own parsing then reports a malformed -flag value).
 func envDuration(getenv func(string) string, k string, def time.Duration) time.Duration {
@@ -321,6 +336,9 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	}
 	if poolCfg.ConnConfig.ConnectTimeout == 0 {
 		poolCfg.ConnConfig.ConnectTimeout = s.connectTimeout
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		poolCfg.MaxConns = int32(s.dbMaxConns)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
@@ -377,6 +395,9 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	}
 	plane, err := producer.New(producer.Config{
 		Committer: store,
+		// A burst of answers opened together spreads its interval commits over a quarter of
+		// the interval instead of hitting the database in waves.
+		CheckpointSpread: producer.DefaultCheckpointInterval / 4,
 		// The HTTP layer authorizes every read (owner or producer scope) before it subscribes.
 		Authorize:         func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
 		CommitContextFunc: tel.Instruments.CommitContext,
