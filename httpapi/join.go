@@ -200,22 +200,31 @@ func (j *Joined) tryLive(ctx context.Context) {
 	j.goLive(ctx, sub, relayed)
 }
 
+var _ producer.EncodedFrameReader = (*Joined)(nil)
+
 // Next returns the next frame; io.EOF after the terminal one.
 func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
+	f, _, err := j.NextEncoded(ctx)
+	return f, err
+}
+
+// NextEncoded is Next with the live plane's shared SSE encoding of a frame the join passes on
+// unchanged (nil otherwise): a delta is JSON-escaped once, not once per reader.
+func (j *Joined) NextEncoded(ctx context.Context) (producer.Frame, []byte, error) {
 	for {
 		if j.closed {
-			return producer.Frame{}, io.EOF
+			return producer.Frame{}, nil, io.EOF
 		}
 		if len(j.queue) > 0 {
 			f := j.queue[0]
 			j.queue = j.queue[1:]
-			return f, nil
+			return f, nil, nil
 		}
 		if j.done {
-			return producer.Frame{}, io.EOF
+			return producer.Frame{}, nil, io.EOF
 		}
 		if j.live != nil {
-			f, err := j.nextLive(ctx)
+			f, enc, err := j.nextLive(ctx)
 			if errors.Is(err, errSealedElsewhere) || (j.relayed && (errors.Is(err, io.EOF) || err == nil && f.Type == producer.FrameStale)) {
 				// The producer is gone, or the relay broke (a broker outage): the view has the
 				// durable text and will have the end. The reader loses smoothness, not text.
@@ -225,10 +234,10 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 			if errors.Is(err, io.EOF) {
 				// Detached without a terminal (the plane shut down): the reader falls back.
 				j.done = true
-				return producer.Frame{Type: producer.FrameStale, FloorSeq: j.pos}, nil
+				return producer.Frame{Type: producer.FrameStale, FloorSeq: j.pos}, nil, nil
 			}
 			if err != nil {
-				return producer.Frame{}, err
+				return producer.Frame{}, nil, err
 			}
 			if f.Type == producer.FrameChunk {
 				if f.Seq <= j.pos {
@@ -237,6 +246,7 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 				if f.From < j.pos {
 					f.Text = producer.Slice16(f.Text, j.pos-f.From, f.Seq-f.From)
 					f.From = j.pos
+					enc = nil // no longer the frame that was encoded
 				}
 				j.pos = f.Seq
 			}
@@ -249,28 +259,28 @@ func (j *Joined) Next(ctx context.Context) (producer.Frame, error) {
 			if f.Terminal() {
 				j.done = true
 			}
-			return f, nil
+			return f, enc, nil
 		}
 		if err := j.follow(ctx); err != nil {
-			return producer.Frame{}, err
+			return producer.Frame{}, nil, err
 		}
 	}
 }
 
 // nextLive is the live tail's next frame; a relayed one is cut short once the view is sealed.
-func (j *Joined) nextLive(ctx context.Context) (producer.Frame, error) {
+func (j *Joined) nextLive(ctx context.Context) (producer.Frame, []byte, error) {
 	if !j.relayed {
-		return j.live.Next(ctx)
+		return j.live.NextEncoded(ctx)
 	}
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(j.sealed, func() { cancel(errSealedElsewhere) })
 	defer stop()
-	f, err := j.live.Next(lctx)
+	f, enc, err := j.live.NextEncoded(lctx)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(lctx), errSealedElsewhere) {
-		return producer.Frame{}, errSealedElsewhere
+		return producer.Frame{}, nil, errSealedElsewhere
 	}
-	return f, err
+	return f, enc, err
 }
 
 // watch waits for the view to show the stream terminal, then calls seal.

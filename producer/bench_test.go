@@ -105,3 +105,48 @@ func BenchmarkEncodeSSE(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFanoutSSE is the fan-out with each of K readers turning its frame into SSE bytes, as
+// WriteSSE does: "PerReader" escapes the frame once per reader (before the live plane shared
+// its encoding), "Shared" copies the bytes the plane encoded once. ns/frame is per reader-frame.
+func BenchmarkFanoutSSE(b *testing.B) {
+	delta := "tok😀 \"q\" "
+	for _, k := range []int{1, 100, 1000} {
+		for _, mode := range []string{"PerReader", "Shared"} {
+			b.Run(fmt.Sprintf("K=%d/%s", k, mode), func(b *testing.B) {
+				plane, s := benchPlane(b, 1<<20)
+				subs := make([]*producer.Subscription, k)
+				bufs := make([][]byte, k)
+				ctx := context.Background()
+				for i := range subs {
+					sub, err := plane.Subscribe(ctx, producer.SubscribeInput{StreamID: "bench"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := sub.Next(ctx); err != nil {
+						b.Fatal(err)
+					}
+					subs[i], bufs[i] = sub, make([]byte, 0, 256)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := s.Push(delta); err != nil {
+						b.Fatal(err)
+					}
+					for i, sub := range subs {
+						f, enc, err := sub.NextEncoded(ctx)
+						if err != nil || f.Type != producer.FrameChunk {
+							b.Fatalf("frame %v, err %v", f.Type, err)
+						}
+						if mode == "Shared" && enc != nil {
+							bufs[i] = append(bufs[i][:0], enc...)
+						} else {
+							bufs[i] = producer.AppendSSE(bufs[i][:0], f)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*k), "ns/frame")
+			})
+		}
+	}
+}

@@ -762,9 +762,14 @@ func (s *LiveStream) dropWaiterLocked(target *flushWaiter) {
 func (s *LiveStream) fanoutLocked(f Frame) {
 	// Every frame local readers get, the relay gets, also when nobody local is attached.
 	s.p.publishRelay(s.id, f)
+	if len(s.subs) == 0 {
+		return
+	}
+	// A live frame is the same bytes for every reader: encode it once, here, and share them.
+	sse := AppendSSE(nil, f)
 	for i := 0; i < len(s.subs); {
 		sub := s.subs[i]
-		if !sub.offer(f) {
+		if !sub.offer(f, sse) {
 			// Bounded, then dropped: a reader that stopped draining costs itself a rejoin.
 			s.removeSubLocked(sub, true)
 			sub.finish(Frame{Type: FrameStale, FloorSeq: s.buf.from, DurableSeq: s.durableSeq})
@@ -811,12 +816,12 @@ func (s *LiveStream) subscribe(from Seq) *Subscription {
 	// half the reader holds rather than starting mid-character.
 	at, off := s.buf.locate(at)
 	// The join frames bypass the cap: they are one snapshot, however small the cap.
-	sub.queue = append(sub.queue, Frame{Type: FrameOpen, StreamID: s.id, From: at, Seq: s.seq, DurableSeq: s.durableSeq, Ended: s.ended})
+	sub.queue = append(sub.queue, queued{f: Frame{Type: FrameOpen, StreamID: s.id, From: at, Seq: s.seq, DurableSeq: s.durableSeq, Ended: s.ended}})
 	if s.seq > at {
-		sub.queue = append(sub.queue, Frame{Type: FrameChunk, From: at, Seq: s.seq, Text: string(s.buf.b[off:])})
+		sub.queue = append(sub.queue, queued{f: Frame{Type: FrameChunk, From: at, Seq: s.seq, Text: string(s.buf.b[off:])}})
 	}
 	if s.durableSeq > at {
-		sub.queue = append(sub.queue, Frame{Type: FrameDurable, Seq: s.durableSeq})
+		sub.queue = append(sub.queue, queued{f: Frame{Type: FrameDurable, Seq: s.durableSeq}})
 	}
 	if s.ended {
 		sub.finish(s.endFrame)

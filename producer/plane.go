@@ -656,7 +656,7 @@ func (p *Plane) relaySubscription(streamID string, from Seq, src FrameSource) *S
 				sub.finish(f)
 				return false
 			}
-			if !sub.offer(f) {
+			if !sub.offer(f, nil) {
 				// The same bound as a local reader.
 				if st := conform.Fail(); len(st) > 0 {
 					sub.finish(st[0])

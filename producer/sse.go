@@ -109,6 +109,16 @@ type FrameReader interface {
 	Close()
 }
 
+// EncodedFrameReader is a FrameReader that can hand over a frame's SSE encoding made once for
+// every reader (Subscription does, for live frames). WriteSSE uses it when src implements it.
+type EncodedFrameReader interface {
+	FrameReader
+	// NextEncoded is Next, with AppendSSE's bytes for the frame, or nil. The bytes are shared.
+	NextEncoded(ctx context.Context) (Frame, []byte, error)
+}
+
+var _ EncodedFrameReader = (*Subscription)(nil)
+
 var _ FrameReader = (*Subscription)(nil)
 
 // errKeepAlive cuts an idle Next short so a keep-alive comment can be written.
@@ -162,7 +172,7 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 	for {
 		next, cancel := context.WithCancelCause(ctx)
 		timer := clock.AfterFunc(cfg.KeepAlive, func() { cancel(errKeepAlive) })
-		f, err := src.Next(next)
+		f, enc, err := nextEncoded(src, next)
 		timer.Stop()
 		cancel(nil)
 		switch {
@@ -180,14 +190,14 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 		// behind catches up in a few system calls instead of one per frame. Only frames that are
 		// ready are taken (Next on a finished context consumes nothing otherwise), up to
 		// maxSSEBatch bytes, so memory stays bounded by the queue.
-		buf = AppendSSE(buf[:0], f)
+		buf = appendEncoded(buf[:0], f, enc)
 		for !f.Terminal() && len(buf) < maxSSEBatch {
-			more, err := src.Next(ready)
+			more, enc, err := nextEncoded(src, ready)
 			if err != nil {
 				break
 			}
 			f = more
-			buf = AppendSSE(buf, f)
+			buf = appendEncoded(buf, f, enc)
 		}
 		if err := write(buf); err != nil {
 			return err
@@ -196,6 +206,22 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 			return nil
 		}
 	}
+}
+
+// nextEncoded takes the next frame, with its shared encoding when src has one.
+func nextEncoded(src FrameReader, ctx context.Context) (Frame, []byte, error) { //nolint:revive // src first, as in WriteSSE
+	if e, ok := src.(EncodedFrameReader); ok {
+		return e.NextEncoded(ctx)
+	}
+	f, err := src.Next(ctx)
+	return f, nil, err
+}
+
+func appendEncoded(dst []byte, f Frame, enc []byte) []byte {
+	if enc != nil {
+		return append(dst, enc...)
+	}
+	return AppendSSE(dst, f)
 }
 
 // maxSSEBatch bounds the bytes WriteSSE gathers into one write.

@@ -248,3 +248,30 @@ func TestSSESlowClientIsDroppedWithStale(t *testing.T) {
 	require.Equal(t, producer.FrameStale, last.Type)
 	require.Less(t, frames, 400, "the backlog was bounded, not delivered whole")
 }
+
+// The live plane's shared encoding of a frame is exactly what AppendSSE makes of it, for every
+// reader.
+func TestSharedEncodingIsTheFramesSSE(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	s := w.open(t, "m")
+	subs := []*producer.Subscription{w.subscribe(t, "m", 0), w.subscribe(t, "m", 0), w.subscribe(t, "m", 0)}
+	for _, d := range []string{"héllo", " 😀", "\n\"quoted\"\t", "\u2028end"} {
+		require.NoError(t, s.Push(d))
+	}
+	require.NoError(t, s.Close(t.Context()))
+	for _, sub := range subs {
+		shared := 0
+		for {
+			f, enc, err := sub.NextEncoded(t.Context())
+			if err != nil {
+				break
+			}
+			if enc != nil {
+				shared++
+				require.Equal(t, string(producer.AppendSSE(nil, f)), string(enc))
+			}
+		}
+		require.Positive(t, shared, "live frames carry their encoding")
+	}
+}

@@ -15,7 +15,7 @@ import (
 // close releases the subscriber's own mutex before it calls detach.
 type subscriber struct {
 	mu     sync.Mutex
-	queue  []Frame
+	queue  []queued
 	head   int
 	done   bool // no more frames will be queued: a terminal is queued, or the reader closed
 	closed bool // the reader let go; Next returns io.EOF
@@ -23,6 +23,12 @@ type subscriber struct {
 	notify chan struct{} // one token: "the queue changed"
 	detach func(*subscriber)
 	idx    int // position in the owning LiveStream's subs slice
+}
+
+// queued is a frame and, for a live frame, its SSE encoding, made once for every reader.
+type queued struct {
+	f   Frame
+	sse []byte
 }
 
 func newSubscriber(capacity int, detach func(*subscriber)) *subscriber {
@@ -36,8 +42,9 @@ func (s *subscriber) wake() {
 	}
 }
 
-// offer queues a frame. It returns false when the queue is full: the caller drops the reader.
-func (s *subscriber) offer(f Frame) bool {
+// offer queues a frame (with its shared SSE encoding, or nil). It returns false when the queue
+// is full: the caller drops the reader.
+func (s *subscriber) offer(f Frame, sse []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done {
@@ -46,7 +53,7 @@ func (s *subscriber) offer(f Frame) bool {
 	if len(s.queue)-s.head >= s.cap {
 		return false
 	}
-	s.queue = append(s.queue, f)
+	s.queue = append(s.queue, queued{f, sse})
 	s.wake()
 	return true
 }
@@ -58,31 +65,31 @@ func (s *subscriber) finish(f Frame) {
 	if s.done {
 		return
 	}
-	s.queue = append(s.queue, f)
+	s.queue = append(s.queue, queued{f: f})
 	s.done = true
 	s.wake()
 }
 
 // poll takes the next frame without blocking. ok is false when none is queued; end is true when
 // none ever will be.
-func (s *subscriber) poll() (f Frame, ok, end bool) {
+func (s *subscriber) poll() (q queued, ok, end bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return Frame{}, false, true
+		return queued{}, false, true
 	}
 	if s.head < len(s.queue) {
-		f = s.queue[s.head]
-		s.queue[s.head] = Frame{}
+		q = s.queue[s.head]
+		s.queue[s.head] = queued{}
 		s.head++
 		if s.head == len(s.queue) {
 			// Reuse the backing array: a steady reader queues and pulls without allocating.
 			s.queue = s.queue[:0]
 			s.head = 0
 		}
-		return f, true, false
+		return q, true, false
 	}
-	return Frame{}, false, s.done
+	return queued{}, false, s.done
 }
 
 // close drops the queue and detaches the reader. Idempotent.
@@ -115,18 +122,26 @@ func (s *Subscription) StreamID() string { return s.streamID }
 // Next returns the next frame, waiting for it if need be. After the terminal frame, or after
 // Close, it returns io.EOF; when ctx ends first it returns the context's error.
 func (s *Subscription) Next(ctx context.Context) (Frame, error) {
+	f, _, err := s.NextEncoded(ctx)
+	return f, err
+}
+
+// NextEncoded is Next with the frame's SSE encoding (AppendSSE's bytes) when the live plane
+// made one: the same bytes for every reader of a delta, encoded once. Nil means encode it
+// yourself. The bytes are shared: never modify them.
+func (s *Subscription) NextEncoded(ctx context.Context) (Frame, []byte, error) {
 	for {
-		f, ok, end := s.sub.poll()
+		q, ok, end := s.sub.poll()
 		if ok {
-			return f, nil
+			return q.f, q.sse, nil
 		}
 		if end {
-			return Frame{}, io.EOF
+			return Frame{}, nil, io.EOF
 		}
 		select {
 		case <-s.sub.notify:
 		case <-ctx.Done():
-			return Frame{}, context.Cause(ctx)
+			return Frame{}, nil, context.Cause(ctx)
 		}
 	}
 }
