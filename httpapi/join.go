@@ -79,14 +79,14 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 	if err != nil {
 		return nil, err
 	}
-	ivmSeq := producer.Len16(m.Text)
+	ivmSeq := m.Seq
 	j := &Joined{view: view, id: id, subscriber: live}
 	if w, ok := live.(openWatcher); ok && !m.Status.Terminal() {
 		// Before subscribing, so an open landing in between is not missed.
 		j.opened, j.stopOpen = w.WatchOpen(id)
 	}
 	// The reader's offset within the durable text, moved down to a character boundary.
-	floor := producer.Len16(producer.Slice16(m.Text, 0, max(from, 0)))
+	floor := m.TextFloor(max(from, 0))
 	liveFrom := ivmSeq
 	if from > ivmSeq {
 		liveFrom = from // the reader holds more than the view: only the live plane can serve it
@@ -125,7 +125,7 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 		if start < at {
 			// The durable prefix comes from the view: P makes it the produced text's prefix, so
 			// it splices exactly onto the live plane's replay from at.
-			j.queue = append(j.queue, producer.Frame{Type: producer.FrameChunk, From: start, Seq: at, Text: producer.Slice16(m.Text, start, at)})
+			j.queue = append(j.queue, producer.Frame{Type: producer.FrameChunk, From: start, Seq: at, Text: m.TextSlice(start, at)})
 		}
 		j.pos = at
 		j.goLive(ctx, sub, relayed)
@@ -325,13 +325,13 @@ func (j *Joined) follow(ctx context.Context) error {
 			return err
 		}
 	}
-	if n := producer.Len16(m.Text); n > j.pos {
+	if n := m.Seq; n > j.pos {
 		j.queue = append(j.queue,
-			producer.Frame{Type: producer.FrameChunk, From: j.pos, Seq: n, Text: producer.Slice16(m.Text, j.pos, n)},
+			producer.Frame{Type: producer.FrameChunk, From: j.pos, Seq: n, Text: m.TextSlice(j.pos, n)},
 			producer.Frame{Type: producer.FrameDurable, Seq: n})
 		j.pos, j.durable = n, n
 	}
-	if n := producer.Len16(m.Text); m.Status.Terminal() && n <= j.pos {
+	if n := m.Seq; m.Status.Terminal() && n <= j.pos {
 		// The end claims the durable length: a reader that was relayed text its producer
 		// never made durable (it died) learns where the durable text ends.
 		j.queue = append(j.queue, producer.Frame{Type: producer.FrameEnd, Seq: n, Status: m.Status, Error: m.Error})

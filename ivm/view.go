@@ -40,6 +40,25 @@ type Message struct {
 	Status    producer.Status
 	Error     string
 	UpdatedAt time.Time // commit time of the last change applied, or the load time
+
+	text producer.TextView // Text, indexed by UTF-16 offset
+}
+
+// TextSlice is Text between two UTF-16 offsets, each moved down to a character boundary, as
+// producer.Slice16 computes it, but through the view's index: O(log n), not a scan of Text.
+func (m Message) TextSlice(from, to producer.Seq) string {
+	if len(m.text.String()) != len(m.Text) { // a Message built by hand
+		return producer.Slice16(m.Text, from, to)
+	}
+	return m.text.Slice(from, to)
+}
+
+// TextFloor moves at down to a character boundary of Text, clamped to [0, Seq].
+func (m Message) TextFloor(at producer.Seq) producer.Seq {
+	if len(m.text.String()) != len(m.Text) {
+		return producer.Len16(producer.Slice16(m.Text, 0, at))
+	}
+	return m.text.Floor(at)
 }
 
 // Config configures a View.
@@ -104,7 +123,8 @@ type entry struct {
 	snap    *snapshot // transactions visible here are already in the loaded state
 	loading bool
 	pending []*cdc.Tx
-	text    string
+	buf     *producer.Text    // the exposed text, appended to as chunks arrive
+	view    producer.TextView // buf as last settled
 	seq     producer.Seq
 	changed chan struct{} // closed on every change, then replaced
 	elem    *list.Element // in settled when not streaming
@@ -259,7 +279,7 @@ func (v *View) Len() int {
 }
 
 func (e *entry) message() Message {
-	return Message{ID: e.id, Text: e.text, Seq: e.seq, Status: e.status, Error: e.errMsg, UpdatedAt: e.updated}
+	return Message{ID: e.id, Text: e.view.String(), Seq: e.seq, Status: e.status, Error: e.errMsg, UpdatedAt: e.updated, text: e.view}
 }
 
 // ---- applying transactions
@@ -391,24 +411,22 @@ func (v *View) applyToLocked(e *entry, tx *cdc.Tx) {
 // so the view never exposes anything but a prefix of the produced text. appendOnly says the
 // change only added chunks, so the exposed text can be extended instead of rebuilt.
 func (v *View) settleLocked(e *entry, appendOnly bool) {
-	text, at := e.body, producer.Len16(e.body)
-	if appendOnly && e.seq >= at {
-		text, at = e.text, e.seq
+	// Appending costs what the checkpoint added; only a changed body (compaction, a load)
+	// rebuilds the text.
+	if !appendOnly || e.buf == nil {
+		e.buf = producer.NewText(e.body)
 	}
-	var b strings.Builder
-	b.WriteString(text)
-	for _, c := range e.chunks {
-		from := c.seq - producer.Len16(c.text)
-		if c.seq <= at {
-			continue
-		}
-		if from != at {
+	at := e.buf.Len()
+	// The chunks are sorted by seq: skip those the text already holds without measuring them.
+	first := sort.Search(len(e.chunks), func(i int) bool { return e.chunks[i].seq > at })
+	for _, c := range e.chunks[first:] {
+		if c.seq-producer.Len16(c.text) != at {
 			break
 		}
-		b.WriteString(c.text)
+		e.buf.Append(c.text)
 		at = c.seq
 	}
-	e.text, e.seq = b.String(), at
+	e.view, e.seq = e.buf.View(), at
 	if e.status == producer.StatusStreaming {
 		if e.elem != nil {
 			v.settled.Remove(e.elem)

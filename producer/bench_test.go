@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +149,37 @@ func BenchmarkFanoutSSE(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*k), "ns/frame")
 			})
 		}
+	}
+}
+
+// BenchmarkJoinOffsets is the offset work of a join near the end of a long durable text: its
+// length, the floor of the reader's offset, and the slice from there. "Scan" walks the string
+// (what joins did), "Indexed" asks the view's TextView.
+func BenchmarkJoinOffsets(b *testing.B) {
+	for _, size := range []int{16 << 10, 256 << 10, 4 << 20} {
+		text := strings.Repeat("x日😀 ", size/8)
+		view := producer.NewText(text).View()
+		n := view.Len()
+		from := n - 12
+		b.Run(fmt.Sprintf("chars=%d/Scan", size), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				end := producer.Len16(text)
+				floor := producer.Len16(producer.Slice16(text, 0, from))
+				if s := producer.Slice16(text, floor, end); s == "" {
+					b.Fatal("empty")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("chars=%d/Indexed", size), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				end := view.Len()
+				floor := view.Floor(from)
+				if s := view.Slice(floor, end); s == "" {
+					b.Fatal("empty")
+				}
+			}
+		})
 	}
 }

@@ -106,3 +106,31 @@ func TestSplice(t *testing.T) {
 	require.Equal(t, "longer", producer.SpliceText("long", "longer"))
 	require.Equal(t, "longer", producer.SpliceText("longer", "long"))
 }
+
+// A Text's views answer as Slice16 and Len16 do on the same string, at every offset, while the
+// Text keeps growing past them.
+func TestTextViewsMatchTheStringFunctions(t *testing.T) {
+	t.Parallel()
+	x := producer.NewText("")
+	var s string
+	var views []producer.TextView
+	var texts []string
+	pieces := []string{"héllo ", "😀", strings.Repeat("x日😀", 3000), "e\u0301", "👋🏽 end"}
+	for _, p := range pieces {
+		x.Append(p)
+		s += p
+		views = append(views, x.View())
+		texts = append(texts, s)
+	}
+	for i, v := range views {
+		want := texts[i]
+		require.Equal(t, want, v.String())
+		require.Equal(t, producer.Len16(want), v.Len())
+		for _, at := range []producer.Seq{0, 1, 6, 7, 8, 5000, 9000, v.Len() - 1, v.Len(), v.Len() + 3} {
+			require.Equal(t, producer.Len16(producer.Slice16(want, 0, at)), v.Floor(at), "floor %d", at)
+			for _, to := range []producer.Seq{at, at + 1, at + 4097, v.Len()} {
+				require.Equal(t, producer.Slice16(want, at, to), v.Slice(at, to), "slice %d→%d", at, to)
+			}
+		}
+	}
+}
