@@ -79,13 +79,6 @@ func New(dial func(ctx context.Context) (net.Conn, error)) (*Proxy, error) {
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Mode reports the current mode.
-func (p *Proxy) Mode() Mode {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.mode
-}
-
 // Cut is a server going down: every proxied connection is closed, and new ones are accepted
 // and closed at once, until Restore.
 func (p *Proxy) Cut() {
@@ -112,17 +105,6 @@ func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.setModeLocked(Pass)
-}
-
-// Drop closes every proxied connection once, leaving the mode as it is: a network blip.
-func (p *Proxy) Drop() {
-	p.mu.Lock()
-	links := p.links
-	p.links = map[*link]struct{}{}
-	p.mu.Unlock()
-	for l := range links {
-		l.close()
-	}
 }
 
 func (p *Proxy) setModeLocked(m Mode) {
