@@ -105,7 +105,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 			return
 		}
 		if errors.Is(rerr, os.ErrDeadlineExceeded) {
-			if err := refusal(st); err != nil {
+			if err := st.Refusal(); err != nil {
 				writeProblem(w, s.producerError(st.ID(), "the text could not be pushed", err))
 				return
 			}
@@ -159,14 +159,6 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 			return
 		}
 	}
-}
-
-// refusal is why the stream takes no more text, if it takes none: what a Push would say.
-func refusal(st *producer.LiveStream) error {
-	if !st.Ended() {
-		return nil
-	}
-	return st.Push("x")
 }
 
 // validPrefix is the length of b's longest valid UTF-8 prefix.

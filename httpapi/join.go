@@ -45,7 +45,7 @@ type Joined struct {
 	// view shows it streaming, and the relay can serve it). A failed attempt waits
 	// retryLiveEvery before the next (each costs the relay a lookup).
 	subscriber LiveSubscriber
-	opened     <-chan struct{}
+	opened     context.Context // cancelled when the stream opens here
 	stopOpen   func()
 	nextTry    time.Time
 
@@ -68,7 +68,7 @@ type hoster interface {
 
 // openWatcher tells a join that a stream opened on this instance (producer.Plane.WatchOpen).
 type openWatcher interface {
-	WatchOpen(id string) (<-chan struct{}, func())
+	WatchOpen(id string) (context.Context, func())
 }
 
 // Join joins a reader at from. The caller has authorized the reader: Join reveals whether
@@ -302,14 +302,7 @@ func (j *Joined) follow(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if j.opened != nil {
-		opened := j.opened
-		go func() {
-			select {
-			case <-opened:
-				cancel()
-			case <-wctx.Done():
-			}
-		}()
+		defer context.AfterFunc(j.opened, cancel)()
 	}
 	m, err := j.view.WaitFunc(wctx, j.id, func(m ivm.Message) bool {
 		return m.Seq > j.pos || m.Status.Terminal() || (m.Status == producer.StatusStreaming && !time.Now().Before(j.nextTry))
@@ -338,6 +331,11 @@ func (j *Joined) follow(ctx context.Context) error {
 		j.done = true
 		j.stopOpenWatch()
 		return nil
+	}
+	if openedHere {
+		// A fired watch is spent (the stream opened here, or the plane closed): later waits
+		// rely on the view's status alone.
+		j.stopOpenWatch()
 	}
 	if j.subscriber != nil && (openedHere || m.Status == producer.StatusStreaming && !time.Now().Before(j.nextTry)) {
 		j.nextTry = time.Now().Add(retryLiveEvery)

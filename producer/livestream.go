@@ -203,6 +203,13 @@ func (s *LiveStream) PushAt(at Seq, text string) (Seq, error) {
 	return s.seq - before, nil
 }
 
+// Refusal is why the stream takes no more text (what Push would return), or nil while it does.
+func (s *LiveStream) Refusal() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusePushLocked()
+}
+
 func (s *LiveStream) refusePushLocked() error {
 	switch {
 	case s.fence != nil:

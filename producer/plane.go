@@ -24,7 +24,7 @@ type Plane struct {
 	mu      sync.Mutex
 	live    map[string]*LiveStream
 	relayed map[*subscriber]struct{}
-	opens   map[string]map[chan struct{}]struct{} // WatchOpen's watchers, by stream id
+	opens   map[string]map[*context.CancelFunc]struct{} // WatchOpen's watchers, by stream id
 	closed  bool
 	// suspended is set between Suspend and Resume: opens are refused. suspendGen counts
 	// Suspends, so a Resume never lifts a later Suspend.
@@ -57,7 +57,7 @@ func New(cfg Config) (*Plane, error) {
 		cancel:  cancel,
 		live:    make(map[string]*LiveStream),
 		relayed: make(map[*subscriber]struct{}),
-		opens:   make(map[string]map[chan struct{}]struct{}),
+		opens:   make(map[string]map[*context.CancelFunc]struct{}),
 	}
 	if c.Relay != nil && c.Relay.Publish != nil {
 		p.outbox = make(chan relayOut, c.RelayQueue)
@@ -116,8 +116,8 @@ func (p *Plane) Open(ctx context.Context, in OpenStreamInput) (*LiveStream, erro
 		s.suspended, s.suspendGen = p.suspended, p.suspendGen
 	}
 	s.mu.Unlock()
-	for ch := range p.opens[in.StreamID] {
-		close(ch)
+	for cancel := range p.opens[in.StreamID] {
+		(*cancel)()
 	}
 	delete(p.opens, in.StreamID)
 	p.mu.Unlock()
@@ -284,30 +284,30 @@ func (p *Plane) subscriberDelta(d int, stale bool) {
 	}
 }
 
-// WatchOpen returns a channel that is closed once a stream with id opens on this plane (or the
-// plane closes), and a function that stops watching. A reader that joined before the producer
-// opened uses it to move from the durable view onto the live tail.
-func (p *Plane) WatchOpen(id string) (<-chan struct{}, func()) {
-	ch := make(chan struct{})
+// WatchOpen returns a context that is cancelled once a stream with id opens on this plane (or
+// the plane closes), and a function that stops watching. A reader that joined before the
+// producer opened uses it to move from the durable view onto the live tail.
+func (p *Plane) WatchOpen(id string) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		close(ch)
-		return ch, func() {}
+		cancel()
+		return ctx, func() {}
 	}
 	if p.opens[id] == nil {
-		p.opens[id] = map[chan struct{}]struct{}{}
+		p.opens[id] = map[*context.CancelFunc]struct{}{}
 	}
-	p.opens[id][ch] = struct{}{}
-	return ch, func() {
+	key := &cancel
+	p.opens[id][key] = struct{}{}
+	return ctx, func() {
+		cancel()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if w := p.opens[id]; w != nil {
-			if _, ok := w[ch]; ok {
-				delete(w, ch)
-				if len(w) == 0 {
-					delete(p.opens, id)
-				}
+			delete(w, key)
+			if len(w) == 0 {
+				delete(p.opens, id)
 			}
 		}
 	}
@@ -400,11 +400,11 @@ func (p *Plane) Close() {
 	relayed := p.relayed
 	p.relayed = map[*subscriber]struct{}{}
 	for _, w := range p.opens {
-		for ch := range w {
-			close(ch)
+		for cancel := range w {
+			(*cancel)()
 		}
 	}
-	p.opens = map[string]map[chan struct{}]struct{}{}
+	p.opens = map[string]map[*context.CancelFunc]struct{}{}
 	p.mu.Unlock()
 	p.cancel(errPlaneClosed)
 	for _, s := range streams {

@@ -159,6 +159,14 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}
+	// The live plane's shared encoding, when the source can hand it over.
+	nextOf := func(ctx context.Context) (Frame, []byte, error) {
+		f, err := src.Next(ctx)
+		return f, nil, err
+	}
+	if e, ok := src.(EncodedFrameReader); ok {
+		nextOf = e.NextEncoded
+	}
 	buf := make([]byte, 0, 512)
 	if cfg.Retry > 0 {
 		buf = append(buf, "retry: "...)
@@ -172,7 +180,7 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 	for {
 		next, cancel := context.WithCancelCause(ctx)
 		timer := clock.AfterFunc(cfg.KeepAlive, func() { cancel(errKeepAlive) })
-		f, enc, err := nextEncoded(src, next)
+		f, enc, err := nextOf(next)
 		timer.Stop()
 		cancel(nil)
 		switch {
@@ -192,7 +200,7 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 		// maxSSEBatch bytes, so memory stays bounded by the queue.
 		buf = appendEncoded(buf[:0], f, enc)
 		for !f.Terminal() && len(buf) < maxSSEBatch {
-			more, enc, err := nextEncoded(src, ready)
+			more, enc, err := nextOf(ready)
 			if err != nil {
 				break
 			}
@@ -206,15 +214,6 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 			return nil
 		}
 	}
-}
-
-// nextEncoded takes the next frame, with its shared encoding when src has one.
-func nextEncoded(src FrameReader, ctx context.Context) (Frame, []byte, error) { //nolint:revive // src first, as in WriteSSE
-	if e, ok := src.(EncodedFrameReader); ok {
-		return e.NextEncoded(ctx)
-	}
-	f, err := src.Next(ctx)
-	return f, nil, err
 }
 
 func appendEncoded(dst []byte, f Frame, enc []byte) []byte {
