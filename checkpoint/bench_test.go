@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/demo"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -175,4 +177,68 @@ func BenchmarkStoreAppend(b *testing.B) {
 		at += 300
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checkpoints/s")
+}
+
+// BenchmarkWALPerByte is the WAL a realistic answer costs per produced byte under the default
+// policy (512-unit or 750 ms checkpoints, then the compacting seal): multilingual text from the
+// demo's generator at a model's pace (200 pieces a second), 20 streams at once. "Default" maps the traceparent column,
+// as rindled does; "NoTraceparent" shows what that column costs.
+func BenchmarkWALPerByte(b *testing.B) {
+	for _, mode := range []string{"Default", "NoTraceparent"} {
+		b.Run(mode, func(b *testing.B) {
+			db := pgtest.NewDB(b)
+			tables := checkpoint.DefaultTables()
+			if mode == "NoTraceparent" {
+				tables.Columns.ChunkTraceparent = ""
+			}
+			store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), Tables: tables, HostID: "bench"})
+			require.NoError(b, err)
+			cfg := producer.Config{Committer: store,
+				Authorize: func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }}
+			if mode == "Default" {
+				// rindled commits inside a span, so every chunk row carries a traceparent.
+				sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+				cfg.CommitContextFunc = func(ctx context.Context, _ producer.CheckpointInfo) (context.Context, func(error)) {
+					return trace.ContextWithSpanContext(ctx, sc), func(error) {}
+				}
+			}
+			plane, err := producer.New(cfg)
+			require.NoError(b, err)
+			defer plane.Close()
+			ctx := b.Context()
+			var produced, wal int64
+			run := 0
+			for b.Loop() {
+				run++
+				var before, after string
+				require.NoError(b, db.Pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&before))
+				var wg sync.WaitGroup
+				var bytes atomic.Int64
+				for i := range 20 {
+					id := fmt.Sprintf("w%d-%d", run, i)
+					_, err := db.Pool.Exec(ctx, "INSERT INTO messages (id, owner) VALUES ($1, 'bench')", id)
+					require.NoError(b, err)
+					s, err := plane.Open(ctx, producer.OpenStreamInput{StreamID: id})
+					require.NoError(b, err)
+					wg.Go(func() {
+						for d := range demo.Answer(ctx, uint64(run*100+i), 600, 5*time.Millisecond) {
+							if s.Push(d) == nil {
+								bytes.Add(int64(len(d)))
+							}
+						}
+						if err := s.Close(ctx); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+				require.NoError(b, db.Pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&after))
+				var diff int64
+				require.NoError(b, db.Pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint", after, before).Scan(&diff))
+				produced += bytes.Load()
+				wal += diff
+			}
+			b.ReportMetric(float64(wal)/float64(produced), "walbytes/byte")
+		})
+	}
 }
