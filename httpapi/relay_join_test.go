@@ -105,6 +105,16 @@ func relayedPlanes(t *testing.T, w *world, h *hub, checkpointChars int) (prod, r
 	return prod, read
 }
 
+// openOn writes message id and opens its stream on plane.
+func openOn(t *testing.T, w *world, plane *producer.Plane, id string) *producer.LiveStream {
+	t.Helper()
+	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ($1)", id)
+	require.NoError(t, err)
+	s, err := plane.Open(t.Context(), producer.OpenStreamInput{StreamID: id})
+	require.NoError(t, err)
+	return s
+}
+
 func readN(t *testing.T, j *httpapi.Joined, n int) []producer.Frame {
 	t.Helper()
 	var out []producer.Frame
@@ -123,10 +133,7 @@ func TestRelayedJoinFallsBackToTheViewWhenTheRelayBreaks(t *testing.T) {
 	w := setup(t)
 	h := newHub()
 	prod, read := relayedPlanes(t, w, h, 8)
-	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
-	require.NoError(t, err)
-	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
-	require.NoError(t, err)
+	s := openOn(t, w, prod, "m")
 	require.NoError(t, s.Push("héllo 😀 "))
 
 	j, err := httpapi.Join(t.Context(), w.view, read, nil, "m", 0)
@@ -154,12 +161,9 @@ func TestRelayedJoinEndsWithTheDurableLengthWhenTheProducerDies(t *testing.T) {
 	w := setup(t)
 	h := newHub()
 	prod, read := relayedPlanes(t, w, h, 1<<20) // checkpoints only on flush
-	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
-	require.NoError(t, err)
-	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
-	require.NoError(t, err)
+	s := openOn(t, w, prod, "m")
 	require.NoError(t, s.Push("durable "))
-	_, err = s.Flush(t.Context())
+	_, err := s.Flush(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, s.Push("never durable"))
 
@@ -247,12 +251,9 @@ func TestRelayedJoinReattachesWithoutGoingBack(t *testing.T) {
 	w := setup(t)
 	h := newHub()
 	prod, read := relayedPlanes(t, w, h, 8)
-	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
-	require.NoError(t, err)
-	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
-	require.NoError(t, err)
+	s := openOn(t, w, prod, "m")
 	require.NoError(t, s.Push("héllo 😀 wörld, "))
-	_, err = s.Flush(t.Context())
+	_, err := s.Flush(t.Context())
 	require.NoError(t, err)
 
 	j, err := httpapi.Join(t.Context(), w.view, read, nil, "m", 0)
@@ -285,10 +286,7 @@ func TestRelayedJoinNearTheEndOfALongStream(t *testing.T) {
 	w := setup(t)
 	h := newHub()
 	prod, read := relayedPlanes(t, w, h, 1<<20) // no checkpoint before the close: only the relay serves
-	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
-	require.NoError(t, err)
-	s, err := prod.Open(t.Context(), producer.OpenStreamInput{StreamID: "m"})
-	require.NoError(t, err)
+	s := openOn(t, w, prod, "m")
 	for range 1800 {
 		require.NoError(t, s.Push("ten units."))
 	}
