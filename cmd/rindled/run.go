@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -80,12 +79,21 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.demo, "demo", env("RINDLE_DEMO", "auto"), "serve the demo page at / and its synthetic generator: true, false, or auto (on with the private cluster only) [RINDLE_DEMO]")
 	fs.StringVar(&s.brokerURL, "broker-url", env("RINDLE_BROKER_URL", ""), "NATS JetStream URL (nats://host:4222) that carries CDC events to every instance and relays live tails between them; empty runs in-process, one instance only [RINDLE_BROKER_URL]")
 	fs.StringVar(&s.corsOrigins, "cors-origins", env("RINDLE_CORS_ORIGINS", ""), "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com), or *; empty allows same-origin only [RINDLE_CORS_ORIGINS]")
-	fs.DurationVar(&s.leaseTTL, "lease-ttl", envDuration(getenv, "RINDLE_LEASE_TTL", checkpoint.DefaultLeaseTTL), "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
+	fs.DurationVar(&s.leaseTTL, "lease-ttl", checkpoint.DefaultLeaseTTL, "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
-	fs.IntVar(&s.dbMaxConns, "db-max-conns", envInt(getenv, "RINDLE_DB_MAX_CONNS", max(16, 4*runtime.NumCPU())), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
-	fs.DurationVar(&s.connectTimeout, "connect-timeout", envDuration(getenv, "RINDLE_CONNECT_TIMEOUT", cdc.DefaultConnectTimeout), "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
+	fs.IntVar(&s.dbMaxConns, "db-max-conns", max(16, 4*runtime.NumCPU()), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
+	fs.DurationVar(&s.connectTimeout, "connect-timeout", cdc.DefaultConnectTimeout, "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
 	if extra != nil {
 		extra(fs)
+	}
+	// Typed settings take their environment value through the flag's own parser, so a
+	// malformed one is an error naming the variable, never a silent default; flags still win.
+	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT"} {
+		if v := getenv(k); v != "" {
+			if err := fs.Set(flagName, v); err != nil {
+				return nil, fmt.Errorf("%s=%q: %w", k, v, err)
+			}
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -282,23 +290,6 @@ func version() string {
 		return bi.Main.Version
 	}
 	return "devel"
-}
-
-// envInt reads an integer from the environment, or def when unset or malformed.
-func envInt(getenv func(string) string, k string, def int) int {
-	if n, err := strconv.Atoi(getenv(k)); err == nil {
-		return n
-	}
-	return def
-}
-
-// envDuration reads a duration from the environment, or def when unset or malformed (the
-// flag's own parsing then reports a malformed -flag value).
-func envDuration(getenv func(string) string, k string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(getenv(k)); err == nil {
-		return d
-	}
-	return def
 }
 
 // origins splits -cors-origins.

@@ -187,3 +187,20 @@ func TestSecondInstanceWithoutABrokerIsNotReady(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	require.Contains(t, body, "several instances need -broker-url")
 }
+
+// A malformed environment value is an error that names the variable, never a silent default;
+// a good one applies, and a flag still wins over it.
+func TestEnvironmentValuesAreParsedOrRefused(t *testing.T) {
+	t.Parallel()
+	for k, v := range map[string]string{"RINDLE_LEASE_TTL": "bogus", "RINDLE_DB_MAX_CONNS": "many", "RINDLE_CONNECT_TIMEOUT": "5"} {
+		_, err := parse("rindled", nil, envOf(map[string]string{k: v}), io.Discard, nil)
+		require.ErrorContains(t, err, k, "%s=%s", k, v)
+	}
+	s, err := parse("rindled", nil, envOf(map[string]string{"RINDLE_LEASE_TTL": "7s", "RINDLE_DB_MAX_CONNS": "9"}), io.Discard, nil)
+	require.NoError(t, err)
+	require.Equal(t, 7*time.Second, s.leaseTTL)
+	require.Equal(t, 9, s.dbMaxConns)
+	s, err = parse("rindled", []string{"-lease-ttl", "3s"}, envOf(map[string]string{"RINDLE_LEASE_TTL": "7s"}), io.Discard, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, s.leaseTTL, "the flag wins")
+}
