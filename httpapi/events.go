@@ -17,9 +17,7 @@ import (
 // reference to the union.
 func (s *Server) frameSchemas() *huma.Schema {
 	schemas := s.api.OpenAPI().Components.Schemas
-	integer := func(doc string) *huma.Schema {
-		return &huma.Schema{Type: "integer", Format: "int64", Minimum: ptr(0.0), Description: doc}
-	}
+	integer := offsetSchema
 	frame := func(name, typ, doc string, props map[string]*huma.Schema, required ...string) string {
 		p := map[string]*huma.Schema{"type": {Type: "string", Enum: []any{typ}}}
 		for k, v := range props {
@@ -59,6 +57,16 @@ func (s *Server) problem() *huma.Schema {
 	return s.api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[huma.ErrorModel](), true, "")
 }
 
+// offsetSchema documents an offset in UTF-16 code units.
+func offsetSchema(doc string) *huma.Schema {
+	return &huma.Schema{Type: "integer", Format: "int64", Minimum: ptr(0.0), Description: doc}
+}
+
+// streamIDParam is the raw routes' {id}, constrained as StreamPath's.
+func streamIDParam() *huma.Param {
+	return &huma.Param{Name: "id", In: "path", Required: true, Schema: &huma.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(200)}}
+}
+
 func (s *Server) problemResponse(doc string) *huma.Response {
 	return &huma.Response{Description: doc, Content: map[string]*huma.MediaType{"application/problem+json": {Schema: s.problem()}}}
 }
@@ -72,8 +80,8 @@ func (s *Server) registerEvents() {
 			"A `retry:` field comes first, and a `: ping` comment every 15 s. A reconnect whose `Last-Event-ID` is at or past the end of a sealed stream gets 204, which stops a browser's EventSource. " +
 			"While the stream is live, the `Rindle-Host` response header names the instance producing it.",
 		Parameters: []*huma.Param{
-			{Name: "id", In: "path", Required: true, Schema: &huma.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(200)}},
-			{Name: "from", In: "query", Description: "How much of the text the reader holds (UTF-16 code units).", Schema: &huma.Schema{Type: "integer", Format: "int64", Minimum: ptr(0.0)}},
+			streamIDParam(),
+			{Name: "from", In: "query", Description: "How much of the text the reader holds (UTF-16 code units).", Schema: offsetSchema("")},
 			{Name: "Last-Event-ID", In: "header", Description: "Sent by EventSource on a reconnect: the last event's id.", Schema: &huma.Schema{Type: "string"}},
 			{Name: "access_token", In: "query", Schema: &huma.Schema{Type: "string"},
 				Description: "The bearer token, for clients that cannot set headers (a browser's EventSource; RFC 6750 §2.3). The Authorization header wins. URLs end up in logs: prefer short-lived tokens here."},

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -22,7 +23,7 @@ import (
 // so this is a raw handler, documented in the same OpenAPI document.
 func (s *Server) registerIngest() {
 	const path = "/v1/streams/{id}/ingest"
-	result := s.api.OpenAPI().Components.Schemas.Schema(reflectType[AppendResult](), true, "")
+	result := s.api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[AppendResult](), true, "")
 	s.api.OpenAPI().AddOperation(&huma.Operation{
 		OperationID: "ingestStream", Method: http.MethodPost, Path: path, Security: security(),
 		Summary: "Push a streamed text/plain body, each piece as it arrives",
@@ -30,8 +31,8 @@ func (s *Server) registerIngest() {
 			"With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. " +
 			"When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.",
 		Parameters: []*huma.Param{
-			{Name: "id", In: "path", Required: true, Schema: &huma.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(200)}},
-			{Name: "expectedSeq", In: "query", Description: "The offset the body starts at, as the producer believes (see append).", Schema: &huma.Schema{Type: "integer", Format: "int64", Minimum: ptr(0.0)}},
+			streamIDParam(),
+			{Name: "expectedSeq", In: "query", Description: "The offset the body starts at, as the producer believes (see append).", Schema: offsetSchema("")},
 		},
 		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{"text/plain": {Schema: &huma.Schema{Type: "string"}}}},
 		Responses: map[string]*huma.Response{

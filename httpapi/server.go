@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"reflect"
 	"strings"
 	"time"
 
@@ -340,5 +339,3 @@ func writeProblem(w http.ResponseWriter, err error) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func reflectType[T any]() reflect.Type { return reflect.TypeFor[T]() }
