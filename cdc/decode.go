@@ -148,12 +148,26 @@ func (d *decoder) row(relID uint32, tuple, old *pglogrepl.TupleData, created boo
 	c := d.t.Columns
 	if rel.RelationName == d.t.Chunks {
 		if old != nil {
-			// REPLICA IDENTITY DEFAULT: a delete carries only the key, whose id names its stream.
-			id, ok, err := text(c.ChunkKey)
-			if err != nil || !ok {
-				return fmt.Errorf("cdc: chunk delete without its key: %w", err)
+			// REPLICA IDENTITY DEFAULT: a delete carries only the key. The project's key is
+			// (stream, seq); a mapping with a text chunk key names its stream in the id.
+			if c.ChunkKey != "" {
+				if k, keyed := cols[c.ChunkKey]; keyed && k.DataType == pglogrepl.TupleDataTypeText {
+					stream, seq, err := checkpoint.ParseChunkID(string(k.Data))
+					if err != nil {
+						return fmt.Errorf("cdc: chunk delete: %w", err)
+					}
+					d.tx.Events = append(d.tx.Events, Event{Kind: ChunkDeleted, StreamID: stream, Seq: seq})
+					return nil
+				}
 			}
-			stream, seq, err := checkpoint.ParseChunkID(id)
+			stream, ok, err := text(c.ChunkStream)
+			if err != nil {
+				return fmt.Errorf("cdc: chunk delete: %w", err)
+			}
+			if !ok {
+				return fmt.Errorf("cdc: %s delete carries no %q: its replica identity must include the stream column or a mapped chunk key", rel.RelationName, c.ChunkStream)
+			}
+			seq, err := seqOf(c.ChunkSeq)
 			if err != nil {
 				return fmt.Errorf("cdc: chunk delete: %w", err)
 			}

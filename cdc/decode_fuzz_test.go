@@ -3,6 +3,7 @@ package cdc
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -35,8 +36,12 @@ func relationMsg(id uint32, name string, cols ...string) []byte {
 func tuple(vals ...string) []byte {
 	b := binary.BigEndian.AppendUint16(nil, uint16(len(vals)))
 	for _, v := range vals {
-		if v == "\x00u" {
+		switch v {
+		case "\x00u":
 			b = append(b, 'u')
+			continue
+		case "\x00n":
+			b = append(b, 'n')
 			continue
 		}
 		b = append(b, 't')
@@ -85,12 +90,12 @@ const sep = "\xfe\xfd"
 
 func validSequence() []byte {
 	msgs := [][]byte{
-		relationMsg(1, "message_chunks", "id", "stream_id", "seq", "text"),
+		relationMsg(1, "message_chunks", "stream_id", "seq", "text"),
 		relationMsg(2, "messages", "id", "body", "seq", "status", "error"),
 		beginMsg(7),
-		insertMsg(1, "a:b:5", "a:b", "5", "hé😀"),
+		insertMsg(1, "a:b", "5", "hé😀"),
 		updateMsg(2, "a:b", "\x00u", "5", "streaming", "x"),
-		deleteMsg(1, "a:b:5", "", "", ""),
+		deleteMsg(1, "a:b", "5", "\x00n"),
 		commitMsg(),
 	}
 	return bytes.Join(msgs, []byte(sep))
@@ -120,6 +125,53 @@ func TestDecoderOnAHandBuiltSequence(t *testing.T) {
 	}
 	if e := done.Events[2]; e.Kind != ChunkDeleted || e.StreamID != "a:b" || e.Seq != 5 {
 		t.Fatalf("delete event %+v", e)
+	}
+}
+
+// TestDecoderReadsAChunkDeleteByEitherKey: the project's chunk key is (stream, seq); a mapping
+// with a text chunk key (the seed's "<stream>:<seq>") names the stream in it, and a table whose
+// replica identity carries neither is refused with what to fix.
+func TestDecoderReadsAChunkDeleteByEitherKey(t *testing.T) {
+	seed := checkpoint.Tables{Columns: checkpoint.Columns{ChunkKey: "id"}}
+	cases := []struct {
+		name   string
+		tables checkpoint.Tables
+		rel    []byte
+		del    []byte
+		err    string
+	}{
+		{"StreamAndSeq", checkpoint.DefaultTables(), relationMsg(1, "message_chunks", "stream_id", "seq", "text"), deleteMsg(1, "a:b", "7", "\x00n"), ""},
+		{"TextKey", seed, relationMsg(1, "message_chunks", "id", "stream_id", "seq", "text"), deleteMsg(1, "a:b:7", "\x00n", "\x00n", "\x00n"), ""},
+		{"TextKeyNullFallsBackToStream", seed, relationMsg(1, "message_chunks", "id", "stream_id", "seq", "text"), deleteMsg(1, "\x00n", "a:b", "7", "\x00n"), ""},
+		{"Neither", checkpoint.DefaultTables(), relationMsg(1, "message_chunks", "stream_id", "seq", "text"), deleteMsg(1, "\x00n", "\x00n", "\x00n"), "replica identity must include the stream column"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDecoder(tc.tables)
+			var done *Tx
+			var err error
+			for _, m := range [][]byte{tc.rel, beginMsg(7), tc.del, commitMsg()} {
+				var tx *Tx
+				if tx, err = d.feed(m); err != nil {
+					break
+				}
+				if tx != nil {
+					done = tx
+				}
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done == nil || len(done.Events) != 1 || done.Events[0].Kind != ChunkDeleted || done.Events[0].StreamID != "a:b" || done.Events[0].Seq != 7 {
+				t.Fatalf("got %+v", done)
+			}
+		})
 	}
 }
 

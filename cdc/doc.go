@@ -18,8 +18,9 @@
 //   - Whole: a compaction (the body update and its chunk deletes) is one message.
 //   - A TOASTed body that did not change arrives as 'u' with no value; its event carries a nil
 //     Body, which means "unchanged", never "empty".
-//   - A chunk DELETE carries only the primary key (REPLICA IDENTITY DEFAULT); its id
-//     "<streamId>:<seq>" names the stream, split at the last colon.
+//   - A chunk DELETE carries only the primary key (REPLICA IDENTITY DEFAULT): (stream_id, seq)
+//     in the project's schema, or a mapped text chunk key "<streamId>:<seq>", split at the last
+//     colon.
 //
 // Concurrency and lifecycle: Start runs Setup, then one goroutine that owns the replication
 // connection; Stop ends it. Receives are bounded by the status interval, a server that goes

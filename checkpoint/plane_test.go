@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -507,7 +508,7 @@ func TestStoreConstructionRefusals(t *testing.T) {
 		{"NoDB", checkpoint.Config{}, "DB"},
 		{"QuotedTable", checkpoint.Config{DB: db, Tables: checkpoint.Tables{Message: `evil"table`}}, "Tables.Message"},
 		{"QuotedColumn", checkpoint.Config{DB: db, Tables: checkpoint.Tables{Columns: checkpoint.Columns{Body: `b"`}}}, "Tables.Columns.Body"},
-		{"HostIDWithoutHostColumn", checkpoint.Config{DB: db, HostID: "me"}, "HostID"},
+		{"HostIDWithoutHostColumn", checkpoint.Config{DB: db, HostID: "me", Tables: checkpoint.Tables{Message: "m"}}, "HostID"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := checkpoint.New(tc.cfg)
@@ -582,6 +583,34 @@ func TestChunkTableDDLForAnAppSchema(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT "text", "state" FROM app_msgs WHERE "msgId" = 'a:1'`).Scan(&body, &state))
 	require.Equal(t, "mapped 😀", body)
 	require.Equal(t, "complete", state)
+
+	// Deleting a message deletes its chunks, as the foreign key's cascade did.
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO app_msgs ("msgId") VALUES ('gone'), ('kept');
+		INSERT INTO "app chunks" ("msgId", seq, text) VALUES ('gone', 1, 'a'), ('gone', 2, 'b'), ('kept', 1, 'c');
+		DELETE FROM app_msgs WHERE "msgId" = 'gone'`)
+	require.NoError(t, err)
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM "app chunks"`).Scan(&n))
+	require.Equal(t, 1, n, "only the kept message's chunk is left")
+}
+
+// TestDeletingAMessageDeletesItsChunks: the default schema's chunk table has no foreign key
+// (migration 004: its check logged a row lock per checkpoint), and a statement trigger keeps
+// the cascade.
+func TestDeletingAMessageDeletesItsChunks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.insert(t, "m1")
+	b.insert(t, "m2")
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO message_chunks (stream_id, seq, text) VALUES ('m1', 1, 'a'), ('m1', 2, 'b'), ('m2', 1, 'c');
+		DELETE FROM messages WHERE id = 'm1'`)
+	require.NoError(t, err)
+	var left []string
+	rows, err := b.db.Pool.Query(ctx, "SELECT stream_id FROM message_chunks")
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"m2"}, left)
 }
 
 func TestBatchIsAtomic(t *testing.T) {

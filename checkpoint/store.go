@@ -26,8 +26,10 @@ func (e *ConfigError) Error() string {
 type Config struct {
 	// DB runs the SQL. Required; PoolDB adapts a pgx pool.
 	DB DB
-	// Tables maps the app's tables. Empty names take the seed's defaults, with no opt-in column
-	// (cancel, error, host) named; DefaultTables is the mapping of the project's own schema.
+	// Tables maps the app's tables. The zero value is DefaultTables(), the project's own schema
+	// (the one default every package shares). In a mapping that names anything, empty names
+	// take their defaults and the opt-in columns (cancel, error, host, chunk key, traceparent)
+	// are used only if named.
 	Tables Tables
 	// HostID is this producer process's identity, written to the host column at open. It must be
 	// unique per process: the open compare-and-swap trusts it to tell rivals apart. Refused when
@@ -61,7 +63,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	t := cfg.Tables.resolve()
+	t := cfg.Tables.orDefault().resolve()
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
@@ -86,10 +88,21 @@ func New(cfg Config) (*Store, error) {
 		}
 		return g
 	}
-	traceCol, traceVal, hostArg := "", "", 6
-	if c.ChunkTraceparent != "" {
-		traceCol, traceVal, hostArg = ", "+q(c.ChunkTraceparent), ", $6", 7
+	// The checkpoint's arguments: $1 stream, $2 end seq, $3 text, $4 from, then the optional
+	// ones in this order (Append builds its argument list the same way).
+	next := 5
+	optional := func(col string) (colSQL, valSQL string) {
+		next++
+		return ", " + q(col), fmt.Sprintf(", $%d", next-1)
 	}
+	var traceCol, traceVal, keyCol, keyVal string
+	if c.ChunkTraceparent != "" {
+		traceCol, traceVal = optional(c.ChunkTraceparent)
+	}
+	if c.ChunkKey != "" {
+		keyCol, keyVal = optional(c.ChunkKey)
+	}
+	hostArg := next
 	hostCol, cancelCol, errorCol := "NULL::text", "false", "NULL::text"
 	if c.Host != "" {
 		hostCol = q(c.Host)
@@ -108,16 +121,19 @@ func New(cfg Config) (*Store, error) {
 		// insert driven by the CAS's RETURNING, so it lands only if the CAS did. The UPDATE
 		// takes the row's lock first, so a sweep cannot fold the chunks between the two (an
 		// INSERT guarded by a snapshot EXISTS could land a chunk past a row sealed meanwhile).
-		// seq = from refuses to apply twice or out of order; ON CONFLICT is the belt under
-		// those braces. No row back means nothing was written: the read-back then says why.
+		// seq = from refuses to apply twice or out of order, so the insert carries no ON
+		// CONFLICT: a chunk key that somehow existed already fails the whole statement (the CAS
+		// with it) instead of confirming a length whose text was never stored. (DO NOTHING also
+		// logged a speculative-insertion record per chunk.) No row back means nothing was
+		// written: the read-back then says why.
 		appendChunk: fmt.Sprintf(`WITH cas AS (
-			UPDATE %[1]s SET %[2]s = $3 WHERE %[3]s = $2 AND %[2]s = $5 AND %[4]s
+			UPDATE %[1]s SET %[2]s = $2 WHERE %[3]s = $1 AND %[2]s = $4 AND %[4]s
 			RETURNING %[2]s, %[5]s
 		), ins AS (
-			INSERT INTO %[6]s (%[7]s, %[8]s, %[9]s, %[10]s%[11]s) SELECT $1, $2, $3, $4%[12]s FROM cas ON CONFLICT DO NOTHING
+			INSERT INTO %[6]s (%[7]s, %[8]s, %[9]s%[10]s%[11]s) SELECT $1, $2, $3%[12]s%[13]s FROM cas
 		)
 		SELECT * FROM cas`, msg, q(c.Seq), q(c.Key), owned(hostArg), cancelCol,
-			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), traceCol, traceVal),
+			q(t.Chunks), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), traceCol, keyCol, traceVal, keyVal),
 		// The chunks go only if this compaction's own update landed: a fenced compaction must not
 		// delete chunks it did not fold into the body.
 		deleteChunks: fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND EXISTS (SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 AND %s = $3)",
@@ -221,9 +237,12 @@ func (s *Store) Open(ctx context.Context, in producer.OpenInput) error {
 // lost, a read-back of the row decides. A row sealed by another writer is a
 // *producer.FencedError carrying what it holds.
 func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.AppendResult, error) {
-	args := []any{ChunkID(in.StreamID, in.Seq), in.StreamID, int64(in.Seq), in.Text, int64(in.From)}
+	args := []any{in.StreamID, int64(in.Seq), in.Text, int64(in.From)}
 	if s.t.Columns.ChunkTraceparent != "" {
 		args = append(args, traceparent(ctx))
+	}
+	if s.t.Columns.ChunkKey != "" {
+		args = append(args, ChunkID(in.StreamID, in.Seq))
 	}
 	if s.hasHost {
 		args = append(args, s.token)

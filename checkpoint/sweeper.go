@@ -295,7 +295,7 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	t := cfg.Tables.resolve()
+	t := cfg.Tables.orDefault().resolve()
 	if err := t.validate(); err != nil {
 		return nil, err
 	}

@@ -98,8 +98,10 @@ func TestLeaseAndSweeperConfigRefusals(t *testing.T) {
 	require.ErrorContains(t, err, "Guard")
 	_, err = checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.DefaultTables(), ForgetAfter: -time.Second})
 	require.ErrorContains(t, err, "ForgetAfter")
+	_, err = checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.Tables{Message: "app_messages"}})
+	require.ErrorContains(t, err, "Tables.Columns.Host", "a mapping without a host column cannot be swept")
 	_, err = checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db})
-	require.ErrorContains(t, err, "Tables.Columns.Host")
+	require.NoError(t, err, "a zero mapping is the project's schema, which has one")
 	_, err = checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: db, Tables: checkpoint.DefaultTables(), HostsTable: `x"y`})
 	require.Error(t, err)
 }

@@ -8,8 +8,8 @@ import (
 )
 
 // Columns names the columns of the app's tables the plane reads and writes. An empty field takes
-// its default, except Cancel, Error and Host, which are opt-in by naming: the plane never emits
-// SQL against a column the app did not ask it to use.
+// its default, except Cancel, Error, Host, ChunkKey and ChunkTraceparent, which are opt-in by
+// naming: the plane never emits SQL against a column the app did not ask it to use.
 type Columns struct {
 	// Key is the message row's primary key, matched against the stream id. Defaults to "id".
 	Key string
@@ -28,7 +28,9 @@ type Columns struct {
 	// Host, if named, records the producer's identity at open and turns the open guard into a
 	// true compare-and-swap; it also gives subscribe routing a column to read. No default.
 	Host string
-	// ChunkKey is the chunk primary key, written as "<streamId>:<seq>". Defaults to "id".
+	// ChunkKey, if named, is a text key written as "<streamId>:<seq>" (the seed's schema keys
+	// chunks by it). No default: the project's schema keys chunks by (stream, seq), which says
+	// the same thing without a second index.
 	ChunkKey string
 	// ChunkStream references the message row. Defaults to "stream_id".
 	ChunkStream string
@@ -58,13 +60,22 @@ type Tables struct {
 }
 
 // DefaultTables is the mapping of the project's default schema (migrations/): every opt-in
-// column named, as DESIGN §5 lays it out.
+// column named, as DESIGN §5 lays it out, except the chunk key, which migration 004 folded
+// into the (stream_id, seq) primary key. It is what a zero Tables means in every package.
 func DefaultTables() Tables {
 	return Tables{
 		Message: "messages",
 		Chunks:  "message_chunks",
 		Columns: Columns{Cancel: "cancel_requested", Error: "error", Host: "host", ChunkTraceparent: "traceparent"},
 	}
+}
+
+// orDefault is the one default: a zero mapping is the project's schema.
+func (t Tables) orDefault() Tables {
+	if t == (Tables{}) {
+		return DefaultTables()
+	}
+	return t
 }
 
 func (t Tables) resolve() Tables {
@@ -80,7 +91,6 @@ func (t Tables) resolve() Tables {
 	def(&c.Body, "body")
 	def(&c.Status, "status")
 	def(&c.Seq, "seq")
-	def(&c.ChunkKey, "id")
 	def(&c.ChunkStream, "stream_id")
 	def(&c.ChunkSeq, "seq")
 	def(&c.ChunkText, "text")
@@ -108,9 +118,9 @@ func (t Tables) validate() error {
 // q quotes a validated identifier.
 func q(name string) string { return `"` + name + `"` }
 
-// ChunkID is a chunk row's deterministic key: a replayed checkpoint collides with itself and is
-// absorbed by ON CONFLICT DO NOTHING, idempotency with no dedup ledger. Split it at the LAST
-// colon to get the stream back (a stream id may contain colons).
+// ChunkID is the text chunk key of a mapping that names Columns.ChunkKey: deterministic, so a
+// chunk can only ever be written once. Split it at the LAST colon to get the stream back (a
+// stream id may contain colons).
 func ChunkID(streamID string, seq producer.Seq) string {
 	return fmt.Sprintf("%s:%d", streamID, seq)
 }
@@ -128,32 +138,42 @@ func ParseChunkID(id string) (streamID string, seq producer.Seq, err error) {
 	return id[:i], producer.Seq(n), nil
 }
 
-// ChunkTableDDL is the chunk table's DDL for an app's own migration: the table and the index
-// on (stream, seq) that both the read path and compaction use. The message table is the app's.
+// ChunkTableDDL is the chunk table's DDL for an app's own migration, in the shape of the
+// project's schema: the primary key (stream, seq) that both the read path and compaction use,
+// no foreign key (its check logs a row lock per chunk; the checkpoint cannot insert a chunk
+// without its message row anyway), and a statement trigger that deletes a deleted message's
+// chunks, as ON DELETE CASCADE did. A named ChunkKey gets a unique text column. The message
+// table is the app's.
 func ChunkTableDDL(t Tables) ([]string, error) {
-	t = t.resolve()
+	t = t.orDefault().resolve()
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
 	c := t.Columns
-	trace := ""
-	if c.ChunkTraceparent != "" {
-		trace = ", " + q(c.ChunkTraceparent) + " text"
+	extra := ""
+	if c.ChunkKey != "" {
+		extra += ", " + q(c.ChunkKey) + " text NOT NULL UNIQUE"
 	}
+	if c.ChunkTraceparent != "" {
+		extra += ", " + q(c.ChunkTraceparent) + " text"
+	}
+	fn := q(t.Chunks + "_cascade")
 	return []string{
-		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s text PRIMARY KEY, %s text NOT NULL REFERENCES %s (%s) ON DELETE CASCADE, %s bigint NOT NULL, %s text NOT NULL%s)",
-			q(t.Chunks), q(c.ChunkKey), q(c.ChunkStream), q(t.Message), q(c.Key), q(c.ChunkSeq), q(c.ChunkText), trace),
-		fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s)",
-			q(t.Chunks+"_stream_seq"), q(t.Chunks), q(c.ChunkStream), q(c.ChunkSeq)),
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s text NOT NULL, %s bigint NOT NULL, %s text NOT NULL%s, PRIMARY KEY (%s, %s))",
+			q(t.Chunks), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), extra, q(c.ChunkStream), q(c.ChunkSeq)),
+		fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN DELETE FROM %s c USING gone g WHERE c.%s = g.%s; RETURN NULL; END $$",
+			fn, q(t.Chunks), q(c.ChunkStream), q(c.Key)),
+		fmt.Sprintf("CREATE OR REPLACE TRIGGER %s AFTER DELETE ON %s REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION %s()",
+			q(t.Chunks+"_cascade"), q(t.Message), fn),
 	}, nil
 }
 
 // ResolveTables applies the defaults to t and validates its names, for packages that read the
-// same tables (cdc, ivm). A nil t means DefaultTables().
+// same tables (cdc, ivm). A nil or zero t means DefaultTables().
 func ResolveTables(t *Tables) (Tables, error) {
 	r := DefaultTables()
 	if t != nil {
-		r = *t
+		r = t.orDefault()
 	}
 	r = r.resolve()
 	return r, r.validate()

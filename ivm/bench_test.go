@@ -165,7 +165,7 @@ func BenchmarkReaderThroughput(b *testing.B) {
 		if err := os.WriteFile(script, []byte(`\set s random(1, 100)
 BEGIN;
 SELECT nextval('bench_seq') AS n \gset
-INSERT INTO message_chunks (id, stream_id, seq, text) VALUES ('m' || :s || ':' || :n, 'm' || :s, :n, 'tok tok tok tok ');
+INSERT INTO message_chunks (stream_id, seq, text) VALUES ('m' || :s, :n, 'tok tok tok tok ');
 UPDATE messages SET seq = :n WHERE id = 'm' || :s;
 END;
 `), 0o644); err != nil {

@@ -47,7 +47,7 @@ func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 	require.Equal(t, len(all), total, "each migration applied exactly once across all runners")
 
 	var versions []int32
-	rows, err := db.Pool.Query(ctx, "SELECT version FROM schema_migrations ORDER BY version")
+	rows, err := db.Pool.Query(ctx, "SELECT version FROM "+migrations.Table+" ORDER BY version")
 	require.NoError(t, err)
 	versions, err = pgx.CollectRows(rows, pgx.RowTo[int32])
 	require.NoError(t, err)
@@ -64,4 +64,61 @@ func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 	require.Error(t, err)
 	_, err = db.Pool.Exec(ctx, "UPDATE messages SET seq = NULL WHERE id = 'm'")
 	require.Error(t, err, "the CAS column is NOT NULL")
+}
+
+// TestMigrateLeavesAnotherToolsTableAlone: a database golang-migrate (or dbmate, or Rails)
+// manages has its own schema_migrations; ours is named for this project and theirs is kept.
+func TestMigrateLeavesAnotherToolsTableAlone(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewBareDB(t)
+	ctx := t.Context()
+	_, err := db.Pool.Exec(ctx, "CREATE TABLE schema_migrations (version bigint PRIMARY KEY, dirty boolean NOT NULL); INSERT INTO schema_migrations VALUES (20240101, false)")
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	applied, err := migrations.Migrate(ctx, conn)
+	require.NoError(t, err)
+	require.NotEmpty(t, applied)
+	var version int64
+	var dirty bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT version, dirty FROM schema_migrations").Scan(&version, &dirty))
+	require.Equal(t, int64(20240101), version, "the other tool's row is untouched")
+}
+
+// TestMigrateMovesAnOlderInstall: a database migrated by an earlier rindled (its versions in
+// schema_migrations, chunks keyed by a text id) moves to the current layout with its rows:
+// the versions move to our table, and migration 004 re-keys the chunks it holds.
+func TestMigrateMovesAnOlderInstall(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewBareDB(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	applied, err := migrations.MigrateTo(ctx, conn, 3)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2, 3}, applied)
+	_, err = db.Pool.Exec(ctx, `ALTER TABLE `+migrations.Table+` RENAME TO schema_migrations;
+		INSERT INTO messages (id, status, seq) VALUES ('a:1', 'streaming', 3), ('b', 'streaming', 1);
+		INSERT INTO message_chunks (id, stream_id, seq, text) VALUES ('a:1:1', 'a:1', 1, 'x'), ('a:1:3', 'a:1', 3, 'yz'), ('b:1', 'b', 1, 'w')`)
+	require.NoError(t, err)
+
+	applied, err = migrations.Migrate(ctx, conn)
+	require.NoError(t, err)
+	require.Equal(t, []int{4}, applied, "1 to 3 were recognised from the old table")
+	var old *string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations')::text").Scan(&old))
+	require.Nil(t, old, "our old table is gone once moved")
+
+	var text string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT string_agg(text, '' ORDER BY seq) FROM message_chunks WHERE stream_id = 'a:1'").Scan(&text))
+	require.Equal(t, "xyz", text)
+	_, err = db.Pool.Exec(ctx, "INSERT INTO message_chunks (stream_id, seq, text) VALUES ('a:1', 3, 'again')")
+	require.ErrorContains(t, err, "message_chunks_pkey", "(stream_id, seq) is the key now")
+	_, err = db.Pool.Exec(ctx, "DELETE FROM messages WHERE id = 'a:1'")
+	require.NoError(t, err)
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM message_chunks").Scan(&left))
+	require.Equal(t, 1, left, "the delete cascaded to a:1's chunks only")
 }

@@ -140,7 +140,7 @@ func TestMigrateAppliesTheSchema(t *testing.T) {
 	db := pgtest.NewBareDB(t)
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"migrate"}, envOf(map[string]string{"DATABASE_URL": db.URL}), &out, io.Discard))
-	require.Contains(t, out.String(), "applied migrations [1 2 3]")
+	require.Contains(t, out.String(), "applied migrations [1 2 3 4]")
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"migrate"}, envOf(map[string]string{"DATABASE_URL": db.URL}), &out, io.Discard))
 	require.Contains(t, out.String(), "applied migrations []", "idempotent")
