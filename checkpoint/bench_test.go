@@ -3,7 +3,12 @@ package checkpoint_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +20,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/demo"
+	"github.com/rindle-sh/rindle-go/internal/pgcluster"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -240,5 +246,73 @@ func BenchmarkWALPerByte(b *testing.B) {
 			}
 			b.ReportMetric(float64(wal)/float64(produced), "walbytes/byte")
 		})
+	}
+}
+
+// BenchmarkCheckpointSaturation is the durable plane's ceiling beside PostgreSQL's own: 16
+// streams (rindled's default pool on this machine) checkpoint back to back through the Store,
+// then pgbench runs the same checkpoint statement from 16 clients against the same database,
+// for the same time. It reports both rates and their ratio (the Store's share of what the
+// server can do with that statement). Both sides commit with fsync on.
+func BenchmarkCheckpointSaturation(b *testing.B) {
+	pgbench, err := pgcluster.Binary("pgbench")
+	if err != nil {
+		b.Skip("pgbench not installed:", err)
+	}
+	const clients, runFor = 16, 5 * time.Second
+	text := strings.Repeat("a checkpoint ", 24)[:300]
+	for b.Loop() {
+		db := pgtest.NewDBWith(b, clients)
+		ctx := b.Context()
+		store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), HostID: "bench"})
+		require.NoError(b, err)
+		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner) SELECT 's' || g, 'bench' FROM generate_series(1, $1) g`, clients)
+		require.NoError(b, err)
+		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status, host) SELECT 'p' || g, 'bench', 'streaming', 'bench' FROM generate_series(0, $1 - 1) g`, clients)
+		require.NoError(b, err)
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(runFor)
+		for i := range clients {
+			id := fmt.Sprintf("s%d", i+1)
+			require.NoError(b, store.Open(ctx, producer.OpenInput{StreamID: id}))
+			wg.Go(func() {
+				var at producer.Seq
+				for time.Now().Before(deadline) {
+					if _, err := store.Append(ctx, producer.AppendInput{StreamID: id, From: at, Seq: at + 300, Text: text}); err != nil {
+						b.Error(err)
+						return
+					}
+					at += 300
+					done.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		ours := float64(done.Load()) / runFor.Seconds()
+
+		// The same statement Store.Append sends (the length CAS driving the chunk insert), its
+		// offsets computed in SQL because a pgbench client keeps no state between transactions.
+		script := filepath.Join(b.TempDir(), "checkpoint.sql")
+		require.NoError(b, os.WriteFile(script, []byte(`WITH cas AS (
+  UPDATE messages SET seq = seq + 300 WHERE id = 'p' || :client_id AND status = 'streaming' AND host = 'bench'
+  RETURNING seq, cancel_requested
+), ins AS (
+  INSERT INTO message_chunks (stream_id, seq, text, traceparent)
+  SELECT 'p' || :client_id, seq, '`+text+`', NULL FROM cas
+)
+SELECT * FROM cas;
+`), 0o644))
+		cmd := exec.CommandContext(ctx, pgbench, "-n", "-M", "prepared", "-f", script, "-c", fmt.Sprint(clients), "-j", "2",
+			"-T", fmt.Sprint(int(runFor.Seconds())), db.URL)
+		out, err := cmd.CombinedOutput()
+		require.NoError(b, err, "%s", out)
+		m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
+		require.NotNil(b, m, "%s", out)
+		theirs, err := strconv.ParseFloat(string(m[1]), 64)
+		require.NoError(b, err)
+		b.ReportMetric(ours, "store-checkpoints/s")
+		b.ReportMetric(theirs, "pgbench-tps")
+		b.ReportMetric(ours/theirs, "ratio")
 	}
 }
