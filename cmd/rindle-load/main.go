@@ -1,0 +1,591 @@
+// Command rindle-load measures a running rindled from another process, as its users reach it:
+// over loopback HTTP, with every client in this process and the server in its own. It owns the
+// load figures that depend on the two being apart (SSE push → client latency, the server's CPU
+// per delivered frame, memory per idle subscriber, a thundering herd of joins); the in-process
+// benchmarks (go test -bench) own the rest.
+//
+// By default it builds rindled, starts it on a private cluster in a temporary directory, and
+// runs every scenario -runs times, printing each figure's min / median / max:
+//
+//	go run ./cmd/rindle-load
+//
+// The machine is shared and noisy: compare figures measured side by side in one run.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+type config struct {
+	rindled     string
+	runs        int
+	scenarios   string
+	readers     int
+	rate        int
+	seconds     int
+	idle        int
+	joiners     int
+	joinLength  int
+	keepWorkDir bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.rindled, "rindled", "", "the rindled binary to start; empty builds ./cmd/rindled")
+	flag.IntVar(&c.runs, "runs", 3, "repetitions of every scenario")
+	flag.StringVar(&c.scenarios, "scenarios", "fanout,idle,join", "comma-separated: fanout, idle, join")
+	flag.IntVar(&c.readers, "readers", 1000, "fanout: SSE readers of one stream")
+	flag.IntVar(&c.rate, "rate", 100, "fanout: deltas per second")
+	flag.IntVar(&c.seconds, "seconds", 10, "fanout: how long the producer pushes")
+	flag.IntVar(&c.idle, "idle", 10000, "idle: subscribers held open")
+	flag.IntVar(&c.joiners, "joiners", 1000, "join: readers joining one long stream at once")
+	flag.IntVar(&c.joinLength, "join-length", 100000, "join: the stream's length in UTF-16 units before they join")
+	flag.BoolVar(&c.keepWorkDir, "keep", false, "keep the work directory (server log, cluster)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "rindle-load:", err)
+		os.Exit(1)
+	}
+}
+
+// server is the rindled under load.
+type server struct {
+	base, producer, reader string
+	pid                    int
+	client                 *http.Client
+}
+
+func run(ctx context.Context, c config) error {
+	work, err := os.MkdirTemp("", "rindle-load-")
+	if err != nil {
+		return err
+	}
+	// As root, rindled runs PostgreSQL as the postgres user, who must reach the cluster.
+	if err := os.Chmod(work, 0o755); err != nil {
+		return err
+	}
+	if c.keepWorkDir {
+		fmt.Println("work directory:", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
+	bin := c.rindled
+	if bin == "" {
+		bin = filepath.Join(work, "rindled")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/rindle-sh/rindle-go/cmd/rindled")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build rindled: %w", err)
+		}
+	}
+	srv, stopServer, err := start(ctx, bin, work)
+	if err != nil {
+		return err
+	}
+	defer stopServer()
+
+	figures := map[string][]float64{}
+	var order []string
+	record := func(name string, v float64) {
+		if _, ok := figures[name]; !ok {
+			order = append(order, name)
+		}
+		figures[name] = append(figures[name], v)
+	}
+	for r := range c.runs {
+		for _, sc := range strings.Split(c.scenarios, ",") {
+			id := fmt.Sprintf("%s-%d", sc, r)
+			var err error
+			switch strings.TrimSpace(sc) {
+			case "fanout":
+				err = fanout(ctx, srv, c, id, record)
+			case "idle":
+				err = idle(ctx, srv, c, id, record)
+			case "join":
+				err = join(ctx, srv, c, id, record)
+			default:
+				return fmt.Errorf("unknown scenario %q", sc)
+			}
+			if err != nil {
+				return fmt.Errorf("run %d, %s: %w", r+1, sc, err)
+			}
+		}
+	}
+	fmt.Printf("\n%-44s %12s %12s %12s   (%d runs)\n", "figure", "min", "median", "max", c.runs)
+	for _, name := range order {
+		v := slices.Clone(figures[name])
+		slices.Sort(v)
+		fmt.Printf("%-44s %12.3f %12.3f %12.3f\n", name, v[0], v[len(v)/2], v[len(v)-1])
+	}
+	return nil
+}
+
+var listening = regexp.MustCompile(`url=(http://\S+)`) //nolint:gochecknoglobals // compiled once
+
+// start runs rindled on a private cluster in work and mints its tokens.
+func start(ctx context.Context, bin, work string) (*server, func(), error) {
+	data := filepath.Join(work, "data")
+	logf, err := os.Create(filepath.Join(work, "rindled.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-data", data, "-demo", "false")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logf.Close()
+	}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			_, _ = logf.Write(append(sc.Bytes(), '\n'))
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	srv := &server{pid: cmd.Process.Pid, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	select {
+	case srv.base = <-urls:
+	case <-time.After(90 * time.Second):
+		stop()
+		return nil, nil, fmt.Errorf("rindled never listened; see %s", logf.Name())
+	case <-ctx.Done():
+		stop()
+		return nil, nil, ctx.Err()
+	}
+	token := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, bin, append([]string{"token", "-data", data}, args...)...).Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	if srv.producer, err = token("-sub", "load", "-scope", "producer"); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("producer token: %w", err)
+	}
+	if srv.reader, err = token("-sub", "alice"); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("reader token: %w", err)
+	}
+	return srv, stop, nil
+}
+
+// call sends one JSON request as the producer and decodes a JSON answer into out (if any).
+func (s *server) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.producer)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// openStream creates a message alice owns and opens its stream.
+func (s *server) openStream(ctx context.Context, id string) error {
+	if err := s.call(ctx, http.MethodPost, "/v1/messages", map[string]any{"id": id, "owner": "alice"}, nil); err != nil {
+		return err
+	}
+	return s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/open", nil, nil)
+}
+
+// subscribe opens an event stream over its own connection and reads its response head.
+func (s *server) subscribe(id string, from int) (net.Conn, *bufio.Reader, error) {
+	u, err := url.Parse(s.base)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := "access_token=" + url.QueryEscape(s.reader)
+	if from >= 0 {
+		q += "&from=" + strconv.Itoa(from)
+	}
+	if _, err := fmt.Fprintf(c, "GET /v1/streams/%s/events?%s HTTP/1.1\r\nHost: %s\r\n\r\n", id, q, u.Host); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 4<<10), nil)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		c.Close()
+		return nil, nil, fmt.Errorf("events: %s", resp.Status)
+	}
+	return c, bufio.NewReader(resp.Body), nil
+}
+
+// nextFrame reads the next data frame of an event stream.
+func nextFrame(r *bufio.Reader) (producer.Frame, error) {
+	for {
+		ev, err := streamtest.ReadSSE(r)
+		if err != nil {
+			return producer.Frame{}, err
+		}
+		if ev.Data == "" {
+			continue
+		}
+		var f producer.Frame
+		return f, json.Unmarshal([]byte(ev.Data), &f)
+	}
+}
+
+// cpuSeconds is the server process's user+system CPU time so far.
+func (s *server) cpuSeconds() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// rss is the server process's resident memory in bytes.
+func (s *server) rss() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+func pct(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[min(len(sorted)-1, int(q*float64(len(sorted))))].Microseconds()) / 1000
+}
+
+// fanout pushes numbered deltas over HTTP at a steady rate into one stream read by K SSE
+// readers, at K=1 and K=readers. It records push → client latency (the push timed just before
+// its append request leaves) and the server's CPU per delta at both K, whose ratio says how the
+// cost of a delta grows with its audience.
+func fanout(ctx context.Context, s *server, c config, id string, record func(string, float64)) error {
+	var perDelta [2]float64
+	for i, k := range []int{1, c.readers} {
+		lat, cpu, err := fanoutOnce(ctx, s, c, fmt.Sprintf("%s-k%d", id, k), k)
+		if err != nil {
+			return err
+		}
+		perDelta[i] = cpu
+		if k == c.readers {
+			record(fmt.Sprintf("fanout K=%d %d/s: push→client p50 ms", k, c.rate), pct(lat, 0.50))
+			record(fmt.Sprintf("fanout K=%d %d/s: push→client p99 ms", k, c.rate), pct(lat, 0.99))
+			record(fmt.Sprintf("fanout K=%d %d/s: push→client max ms", k, c.rate), pct(lat, 1))
+			record(fmt.Sprintf("fanout K=%d: server CPU ns per frame", k), cpu/float64(k)*1e9)
+		}
+	}
+	record(fmt.Sprintf("fanout: CPU per delta, K=%d ÷ K=1", c.readers), perDelta[1]/perDelta[0])
+	return nil
+}
+
+func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int) ([]time.Duration, float64, error) {
+	if err := s.openStream(ctx, id); err != nil {
+		return nil, 0, err
+	}
+	deltas := c.rate * c.seconds
+	pushedAt := make([]atomic.Int64, deltas)
+	lat := make([][]time.Duration, readers)
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for i := range readers {
+		conn, r, err := s.subscribe(id, -1)
+		if err != nil {
+			return nil, 0, fmt.Errorf("reader %d: %w", i, err)
+		}
+		wg.Go(func() {
+			defer conn.Close()
+			for {
+				f, err := nextFrame(r)
+				if err != nil {
+					failed.Store(fmt.Errorf("reader %d: %w", i, err))
+					return
+				}
+				now := time.Now().UnixNano()
+				switch f.Type {
+				case producer.FrameChunk:
+					for d := range strings.SplitSeq(strings.TrimSuffix(f.Text, ";"), ";") {
+						if k, err := strconv.Atoi(d); err == nil && k < deltas {
+							lat[i] = append(lat[i], time.Duration(now-pushedAt[k].Load()))
+						}
+					}
+				case producer.FrameStale:
+					failed.Store(fmt.Errorf("reader %d fell behind (stale)", i))
+					return
+				case producer.FrameEnd:
+					return
+				}
+			}
+		})
+	}
+	cpu0, err := s.cpuSeconds()
+	if err != nil {
+		return nil, 0, err
+	}
+	tick := time.NewTicker(time.Second / time.Duration(c.rate))
+	seq := 0
+	for k := range deltas {
+		<-tick.C
+		text := strconv.Itoa(k) + ";"
+		pushedAt[k].Store(time.Now().UnixNano())
+		if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/append", map[string]any{"text": text, "expectedSeq": seq}, nil); err != nil {
+			tick.Stop()
+			return nil, 0, err
+		}
+		seq += len(text)
+	}
+	tick.Stop()
+	cpu1, err := s.cpuSeconds()
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/close", map[string]any{}, nil); err != nil {
+		return nil, 0, err
+	}
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		return nil, 0, err
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	if len(all) != readers*deltas {
+		return nil, 0, fmt.Errorf("%d deliveries, want %d", len(all), readers*deltas)
+	}
+	slices.Sort(all)
+	return all, (cpu1 - cpu0) / float64(deltas), nil
+}
+
+// idle holds N subscribers of a live stream open and records the server's resident memory per
+// subscriber, then pushes one delta and records how long until every one of them has it.
+func idle(ctx context.Context, s *server, c config, id string, record func(string, float64)) error {
+	if err := s.openStream(ctx, id); err != nil {
+		return err
+	}
+	runtimeSettle()
+	before, err := s.rss()
+	if err != nil {
+		return err
+	}
+	readers := make([]*bufio.Reader, c.idle)
+	conns := make([]net.Conn, c.idle)
+	defer func() {
+		for _, conn := range conns {
+			if conn != nil {
+				conn.Close()
+			}
+		}
+	}()
+	for i := range c.idle {
+		conn, r, err := s.subscribe(id, -1)
+		if err != nil {
+			return fmt.Errorf("subscriber %d: %w", i, err)
+		}
+		conns[i], readers[i] = conn, r
+		if f, err := nextFrame(r); err != nil || f.Type != producer.FrameOpen {
+			return fmt.Errorf("subscriber %d: no open frame (%v, %v)", i, f.Type, err)
+		}
+	}
+	runtimeSettle()
+	after, err := s.rss()
+	if err != nil {
+		return err
+	}
+	record(fmt.Sprintf("idle N=%d: server RSS KiB per subscriber", c.idle), (after-before)/float64(c.idle)/1024)
+
+	start := time.Now()
+	if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/append", map[string]any{"text": "wake"}, nil); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for _, r := range readers {
+		wg.Go(func() {
+			if f, err := nextFrame(r); err != nil || f.Type != producer.FrameChunk {
+				bad.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := bad.Load(); n > 0 {
+		return fmt.Errorf("%d subscribers did not get the delta", n)
+	}
+	record(fmt.Sprintf("idle N=%d: one delta to all, ms", c.idle), float64(time.Since(start).Microseconds())/1000)
+	return s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/close", map[string]any{}, nil)
+}
+
+// runtimeSettle gives the server a moment to finish accepting and to return freed memory.
+func runtimeSettle() { time.Sleep(2 * time.Second) }
+
+// join builds one long live stream, waits until its text is durable and in the view, then
+// starts J readers at once from offset 0 and records the time to each one's first chunk.
+func join(ctx context.Context, s *server, c config, id string, record func(string, float64)) error {
+	if err := s.openStream(ctx, id); err != nil {
+		return err
+	}
+	piece := strings.Repeat("a long answer, ", 72)[:1000]
+	seq := 0
+	for seq < c.joinLength {
+		if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/append", map[string]any{"text": piece, "expectedSeq": seq}, nil); err != nil {
+			return err
+		}
+		seq += len(piece)
+	}
+	var st struct {
+		DurableSeq int `json:"durableSeq"`
+	}
+	if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/flush", map[string]any{}, &st); err != nil {
+		return err
+	}
+	if st.DurableSeq != seq {
+		return fmt.Errorf("flush made %d of %d durable", st.DurableSeq, seq)
+	}
+	if err := s.waitView(ctx, id, seq); err != nil {
+		return err
+	}
+	firsts := make([]time.Duration, c.joiners)
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range c.joiners {
+		wg.Go(func() {
+			<-gate
+			t0 := time.Now()
+			conn, r, err := s.subscribe(id, 0)
+			if err != nil {
+				failed.Store(err)
+				return
+			}
+			defer conn.Close()
+			for {
+				f, err := nextFrame(r)
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				if f.Type == producer.FrameChunk {
+					firsts[i] = time.Since(t0)
+					return
+				}
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		return err
+	}
+	slices.Sort(firsts)
+	record(fmt.Sprintf("join J=%d at 0 of %d units: first chunk p50 ms", c.joiners, seq), pct(firsts, 0.50))
+	record(fmt.Sprintf("join J=%d at 0 of %d units: first chunk p99 ms", c.joiners, seq), pct(firsts, 0.99))
+	return s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/close", map[string]any{}, nil)
+}
+
+// waitView long-polls the view until it holds seq units of id, so the joins read the view.
+func (s *server) waitView(ctx context.Context, id string, seq int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/streams/%s?after=%d&wait=5s", s.base, id, seq-1), nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+s.reader)
+		resp, err := s.client.Do(req)
+		if err != nil {
+			return err
+		}
+		var v struct {
+			Seq int `json:"seq"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if err == nil && v.Seq >= seq {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("the view never reached %d units of %s", seq, id)
+}
