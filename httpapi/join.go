@@ -31,7 +31,7 @@ type LiveSubscriber interface {
 // followed to the end). Chunks are contiguous and never split a surrogate pair, so a client
 // that only appends is correct. It ends with exactly one of end or stale.
 type Joined struct {
-	queue   []producer.Frame
+	queue   []queued
 	live    *producer.Subscription // nil when following the view
 	view    ViewReader
 	id      string
@@ -118,14 +118,14 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 		if from <= ivmSeq && floor < at {
 			start = floor
 		}
-		j.queue = append(j.queue, producer.Frame{
+		j.queue = append(j.queue, queued{f: producer.Frame{
 			Type: producer.FrameOpen, StreamID: id, From: start, Seq: max(first.Seq, ivmSeq),
 			DurableSeq: max(first.DurableSeq, ivmSeq), Ended: first.Ended,
-		})
+		}})
 		if start < at {
 			// The durable prefix comes from the view: P makes it the produced text's prefix, so
 			// it splices exactly onto the live plane's replay from at.
-			j.queue = append(j.queue, producer.Frame{Type: producer.FrameChunk, From: start, Seq: at, Text: m.TextSlice(start, at)})
+			j.queue = append(j.queue, catchUp(id, producer.Frame{Type: producer.FrameChunk, From: start, Seq: at, Text: m.TextSlice(start, at)}))
 		}
 		j.pos = at
 		j.goLive(ctx, sub, relayed)
@@ -133,12 +133,12 @@ func Join(ctx context.Context, view ViewReader, live LiveSubscriber, user any, i
 		// Not hosted here (another instance, or sealed and evicted): the view serves everything.
 		sub.Close()
 		start := min(floor, ivmSeq)
-		j.queue = append(j.queue, producer.Frame{Type: producer.FrameOpen, StreamID: id, From: start, Seq: ivmSeq, DurableSeq: ivmSeq, Ended: m.Status.Terminal()})
+		j.queue = append(j.queue, queued{f: producer.Frame{Type: producer.FrameOpen, StreamID: id, From: start, Seq: ivmSeq, DurableSeq: ivmSeq, Ended: m.Status.Terminal()}})
 		j.pos = start
 	default:
 		// stale: the live plane cannot serve this offset; the reader falls back.
 		sub.Close()
-		j.queue = append(j.queue, first)
+		j.queue = append(j.queue, queued{f: first})
 		j.done = true
 	}
 	if j.live != nil || j.done {
@@ -216,9 +216,9 @@ func (j *Joined) NextEncoded(ctx context.Context) (producer.Frame, []byte, error
 			return producer.Frame{}, nil, io.EOF
 		}
 		if len(j.queue) > 0 {
-			f := j.queue[0]
+			q := j.queue[0]
 			j.queue = j.queue[1:]
-			return f, nil, nil
+			return q.f, q.enc, nil
 		}
 		if j.done {
 			return producer.Frame{}, nil, io.EOF
@@ -320,14 +320,14 @@ func (j *Joined) follow(ctx context.Context) error {
 	}
 	if n := m.Seq; n > j.pos {
 		j.queue = append(j.queue,
-			producer.Frame{Type: producer.FrameChunk, From: j.pos, Seq: n, Text: m.TextSlice(j.pos, n)},
-			producer.Frame{Type: producer.FrameDurable, Seq: n})
+			catchUp(j.id, producer.Frame{Type: producer.FrameChunk, From: j.pos, Seq: n, Text: m.TextSlice(j.pos, n)}),
+			queued{f: producer.Frame{Type: producer.FrameDurable, Seq: n}})
 		j.pos, j.durable = n, n
 	}
 	if n := m.Seq; m.Status.Terminal() && n <= j.pos {
 		// The end claims the durable length: a reader that was relayed text its producer
 		// never made durable (it died) learns where the durable text ends.
-		j.queue = append(j.queue, producer.Frame{Type: producer.FrameEnd, Seq: n, Status: m.Status, Error: m.Error})
+		j.queue = append(j.queue, queued{f: producer.Frame{Type: producer.FrameEnd, Seq: n, Status: m.Status, Error: m.Error}})
 		j.done = true
 		j.stopOpenWatch()
 		return nil

@@ -52,6 +52,7 @@ type config struct {
 	joiners     int
 	joinLength  int
 	keepWorkDir bool
+	serverArgs  string
 }
 
 func main() {
@@ -66,6 +67,7 @@ func main() {
 	flag.IntVar(&c.joiners, "joiners", 1000, "join: readers joining one long stream at once")
 	flag.IntVar(&c.joinLength, "join-length", 100000, "join: the stream's length in UTF-16 units before they join")
 	flag.BoolVar(&c.keepWorkDir, "keep", false, "keep the work directory (server log, cluster)")
+	flag.StringVar(&c.serverArgs, "server-args", "", "extra rindled flags, space-separated (-debug-addr 127.0.0.1:6060 to profile it)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -105,7 +107,7 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("build rindled: %w", err)
 		}
 	}
-	srv, stopServer, err := start(ctx, bin, work)
+	srv, stopServer, err := start(ctx, bin, work, strings.Fields(c.serverArgs))
 	if err != nil {
 		return err
 	}
@@ -150,13 +152,13 @@ func run(ctx context.Context, c config) error {
 var listening = regexp.MustCompile(`url=(http://\S+)`) //nolint:gochecknoglobals // compiled once
 
 // start runs rindled on a private cluster in work and mints its tokens.
-func start(ctx context.Context, bin, work string) (*server, func(), error) {
+func start(ctx context.Context, bin, work string, extra []string) (*server, func(), error) {
 	data := filepath.Join(work, "data")
 	logf, err := os.Create(filepath.Join(work, "rindled.log"))
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-data", data, "-demo", "false")
+	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-data", data, "-demo", "false"}, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, nil, err
@@ -301,6 +303,27 @@ func nextFrame(r *bufio.Reader) (producer.Frame, error) {
 		}
 		var f producer.Frame
 		return f, json.Unmarshal([]byte(ev.Data), &f)
+	}
+}
+
+// nextType reads the next data frame of an event stream and returns only its type, without
+// decoding the rest: a herd of readers each decoding a long catch-up chunk would measure this
+// process's JSON decoder, not the server.
+func nextType(r *bufio.Reader) (producer.FrameType, error) {
+	for {
+		ev, err := streamtest.ReadSSE(r)
+		if err != nil {
+			return "", err
+		}
+		if ev.Data == "" {
+			continue
+		}
+		rest, ok := strings.CutPrefix(ev.Data, `{"type":"`)
+		typ, _, found := strings.Cut(rest, `"`)
+		if !ok || !found {
+			return "", fmt.Errorf("a frame without a leading type: %.40q", ev.Data)
+		}
+		return producer.FrameType(typ), nil
 	}
 }
 
@@ -541,12 +564,12 @@ func join(ctx context.Context, s *server, c config, id string, record func(strin
 			}
 			defer conn.Close()
 			for {
-				f, err := nextFrame(r)
+				typ, err := nextType(r)
 				if err != nil {
 					failed.Store(err)
 					return
 				}
-				if f.Type == producer.FrameChunk {
+				if typ == producer.FrameChunk {
 					firsts[i] = time.Since(t0)
 					return
 				}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,7 +37,7 @@ import (
 // settings are every knob, from flags with environment defaults.
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
-	corsOrigins                                                             string
+	corsOrigins, debugAddr                                                  string
 	drainTimeout, leaseTTL, connectTimeout                                  time.Duration
 	dbMaxConns                                                              int
 }
@@ -79,6 +80,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.demo, "demo", env("RINDLE_DEMO", "auto"), "serve the demo page at / and its synthetic generator: true, false, or auto (on with the private cluster only) [RINDLE_DEMO]")
 	fs.StringVar(&s.brokerURL, "broker-url", env("RINDLE_BROKER_URL", ""), "NATS JetStream URL (nats://host:4222) that carries CDC events to every instance and relays live tails between them; empty runs in-process, one instance only [RINDLE_BROKER_URL]")
 	fs.StringVar(&s.corsOrigins, "cors-origins", env("RINDLE_CORS_ORIGINS", ""), "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com), or *; empty allows same-origin only [RINDLE_CORS_ORIGINS]")
+	fs.StringVar(&s.debugAddr, "debug-addr", env("RINDLE_DEBUG_ADDR", ""), "serve Go's /debug/pprof on this address (keep it on loopback or a private network); empty serves none [RINDLE_DEBUG_ADDR]")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", checkpoint.DefaultLeaseTTL, "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
 	fs.IntVar(&s.dbMaxConns, "db-max-conns", max(16, 4*runtime.NumCPU()), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
@@ -489,6 +491,13 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if s.debugAddr != "" {
+		stopDebug, err := serveDebug(s.debugAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
 	// No WriteTimeout: SSE responses live for minutes and set their own per-write deadlines.
 	// Shutdown does not cancel request contexts, so requests get one that the drain cancels.
 	base, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
@@ -516,4 +525,23 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	}
 	logger.Info("stopped")
 	return errors.Join(drainErr, shutdownErr)
+}
+
+// serveDebug serves net/http/pprof on its own listener, apart from the API: profiles are
+// for operators, opt-in, and never behind the API's port or its auth.
+func serveDebug(addr string, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("-debug-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("profiling endpoint", "at", "http://"+ln.Addr().String()+"/debug/pprof/")
+	return func() { _ = srv.Close() }, nil
 }
