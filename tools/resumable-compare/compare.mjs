@@ -3,8 +3,9 @@
 // moment the producer handed it over to the moment the reader has it.
 //
 //   - resumable-stream 2.2.13 on a local redis-server: the producer's stream is created with
-//     createNewResumableStream and drained by its first consumer; the K readers join with
-//     resumeExistingStream (each a Redis pub/sub listener the producer publishes to).
+//     createNewResumableStream and drained by its first consumer; the K readers are HTTP
+//     requests to a node:http route that joins with resumeExistingStream (each a Redis pub/sub
+//     listener the producer publishes to) and writes the stream out, as its README serves it.
 //   - rindled (built from this checkout, private PostgreSQL): the producer appends over HTTP
 //     (each delta acknowledged), the K readers follow /v1/streams/{id}/events over SSE, and
 //     every delta is also made durable in PostgreSQL at the default checkpoints.
@@ -21,6 +22,7 @@ import { mkdtempSync, chmodSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createServer } from "node:net";
+import { createServer as createHttpServer } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { createClient } from "redis";
@@ -78,7 +80,9 @@ function summarize(name, lat, cpu) {
 async function runResumable(redisUrl, run) {
   const publisher = createClient({ url: redisUrl });
   const subscriber = createClient({ url: redisUrl });
-  const ctx = createResumableStreamContext({ waitUntil: null, publisher, subscriber, keyPrefix: `bench-${run}` });
+  await publisher.connect(); // clients passed in are the caller's to connect
+  await subscriber.connect();
+  const ctx = createResumableStreamContext({ waitUntil: () => {}, publisher, subscriber, keyPrefix: `bench-${run}` });
   const pushedAt = new Float64Array(DELTAS);
   let go;
   const started = new Promise((ok) => (go = ok));
@@ -104,15 +108,30 @@ async function runResumable(redisUrl, run) {
       // the first consumer (the original request) reads and drops
     }
   })();
+  // Each reader is an HTTP request to a route that resumes the stream and writes it out, as
+  // the library's README serves it (a Next.js GET handler), here on node:http.
+  const server = createHttpServer(async (req, res) => {
+    const s = await ctx.resumeExistingStream(id);
+    if (!s) {
+      res.writeHead(422).end();
+      return;
+    }
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    for await (const piece of s) res.write(piece);
+    res.end();
+  });
+  await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
+  const url = `http://127.0.0.1:${server.address().port}/`;
   const lat = [];
   const readers = [];
   for (let i = 0; i < K; i++) {
-    const s = await ctx.resumeExistingStream(id);
-    if (!s) throw new Error("resumeExistingStream gave no stream");
+    const res = await fetch(url);
+    if (!res.ok) throw new Error(`resume: ${res.status}`);
     readers.push(
       (async () => {
         const feed = tokenizer((k) => lat.push(performance.now() - pushedAt[k]));
-        for await (const piece of s) feed(piece);
+        const decoder = new TextDecoder();
+        for await (const bytes of res.body) feed(decoder.decode(bytes, { stream: true }));
       })(),
     );
   }
@@ -121,6 +140,7 @@ async function runResumable(redisUrl, run) {
   go();
   await Promise.all([drained, ...readers]);
   const cpu = busy() - cpu0;
+  server.close();
   await publisher.quit();
   await subscriber.quit();
   return summarize("resumable-stream + Redis", lat, cpu);
@@ -216,7 +236,9 @@ const redisPort = await freePort();
 const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
 let srv;
 try {
+  console.error("starting rindled…");
   srv = await startRindled(work);
+  console.error("rindled at", srv.base);
   await sleep(300);
   const rows = [];
   for (let run = 0; run < RUNS; run++) {
