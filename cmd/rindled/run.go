@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -37,7 +38,7 @@ import (
 // settings are every knob, from flags with environment defaults.
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
-	corsOrigins, debugAddr                                                  string
+	corsOrigins, debugAddr, secretFile, logFormat                           string
 	drainTimeout, leaseTTL, connectTimeout                                  time.Duration
 	dbMaxConns                                                              int
 }
@@ -52,9 +53,20 @@ Usage:
   rindled health [flags] [-url URL]
                              exit 0 if the server at -addr is ready, or URL answers 2xx
                              (for container health checks)
+  rindled version            print the version
+
+Run "rindled COMMAND -h" for a command's own flags.
 
 Every flag also reads an environment variable (shown in brackets).
 `
+
+// commandFlags names the settings each command reads; a command is offered (and -h lists) only
+// its own. serve reads them all.
+var commandFlags = map[string][]string{ //nolint:gochecknoglobals // a fixed table
+	"rindled migrate": {"database-url", "data", "connect-timeout", "log-format"},
+	"rindled token":   {"database-url", "data", "jwt-secret", "jwt-secret-file"},
+	"rindled health":  {"addr"},
+}
 
 func parse(name string, args []string, getenv func(string) string, stderr io.Writer, extra func(*flag.FlagSet)) (*settings, error) {
 	env := func(k, def string) string {
@@ -65,15 +77,12 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	}
 	s := &settings{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
 	fs.StringVar(&s.addr, "addr", env("RINDLE_ADDR", "127.0.0.1:8080"), "listen address [RINDLE_ADDR]")
 	fs.StringVar(&s.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (needs wal_level=logical); empty runs a private cluster in -data [DATABASE_URL]")
 	fs.StringVar(&s.dataDir, "data", env("RINDLE_DATA_DIR", ".rindle"), "where the private cluster and the development secret live [RINDLE_DATA_DIR]")
 	fs.StringVar(&s.secret, "jwt-secret", env("RINDLE_JWT_SECRET", ""), "HS256 secret for bearer tokens, 32+ bytes; empty with a private cluster uses one generated in -data [RINDLE_JWT_SECRET]")
+	fs.StringVar(&s.secretFile, "jwt-secret-file", env("RINDLE_JWT_SECRET_FILE", ""), "read the HS256 secret from this file (a mounted secret); one trailing newline is ignored [RINDLE_JWT_SECRET_FILE]")
+	fs.StringVar(&s.logFormat, "log-format", env("RINDLE_LOG_FORMAT", "text"), "log lines as text (logfmt) or json [RINDLE_LOG_FORMAT]")
 	fs.StringVar(&s.hostID, "host-id", env("RINDLE_HOST_ID", ""), "this instance's producer identity, unique per process; empty generates one [RINDLE_HOST_ID]")
 	fs.StringVar(&s.slot, "slot", env("RINDLE_SLOT", cdc.DefaultSlot), "logical replication slot [RINDLE_SLOT]")
 	fs.StringVar(&s.otlp, "otlp-endpoint", env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), "OTLP/HTTP collector base URL; empty exports nothing [OTEL_EXPORTER_OTLP_ENDPOINT]")
@@ -85,9 +94,6 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
 	fs.IntVar(&s.dbMaxConns, "db-max-conns", max(16, 4*runtime.NumCPU()), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
 	fs.DurationVar(&s.connectTimeout, "connect-timeout", cdc.DefaultConnectTimeout, "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
-	if extra != nil {
-		extra(fs)
-	}
 	// Typed settings take their environment value through the flag's own parser, so a
 	// malformed one is an error naming the variable, never a silent default; flags still win.
 	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT"} {
@@ -97,8 +103,38 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 			}
 		}
 	}
+	if uses, ok := commandFlags[name]; ok {
+		// Offer only this command's flags, with the values the environment gave them.
+		own := flag.NewFlagSet(name, flag.ContinueOnError)
+		for _, n := range uses {
+			f := fs.Lookup(n)
+			own.Var(f.Value, f.Name, f.Usage)
+			own.Lookup(n).DefValue = f.DefValue
+		}
+		fs = own
+	}
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		if name == "rindled" {
+			fmt.Fprint(stderr, usage)
+		} else {
+			fmt.Fprintf(stderr, "Usage of %s:\n", name)
+		}
+		fs.PrintDefaults()
+	}
+	if extra != nil {
+		extra(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if s.secret != "" && s.secretFile != "" {
+		return nil, errors.New("-jwt-secret and -jwt-secret-file (or RINDLE_JWT_SECRET and RINDLE_JWT_SECRET_FILE) are both set: give one")
+	}
+	switch s.logFormat {
+	case "text", "json":
+	default:
+		return nil, fmt.Errorf("-log-format %q: want text or json", s.logFormat)
 	}
 	if s.dbMaxConns < 1 {
 		return nil, fmt.Errorf("-db-max-conns %d: want at least 1", s.dbMaxConns)
@@ -112,6 +148,14 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	err := dispatch(ctx, args, getenv, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h asked for the usage, which is printed: success
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
@@ -195,7 +239,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "ready")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (serve, migrate, token, health)", cmd)
+	if cmd == "version" {
+		fmt.Fprintln(stdout, "rindled", version())
+		return nil
+	}
+	return fmt.Errorf("unknown command %q (serve, migrate, token, health, version)", cmd)
 }
 
 // database returns the URL to use, starting the private cluster when none is configured.
@@ -260,6 +308,17 @@ func migratedDatabase(ctx context.Context, s *settings, stdout io.Writer) (url s
 // jwtSecret is the configured secret, or with the private cluster one generated once and kept
 // in the data directory, so `rindled token` and the server agree across runs.
 func jwtSecret(s *settings) ([]byte, error) {
+	if s.secretFile != "" {
+		b, err := os.ReadFile(s.secretFile)
+		if err != nil {
+			return nil, fmt.Errorf("-jwt-secret-file: %w", err)
+		}
+		b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+		if len(b) < 32 {
+			return nil, fmt.Errorf("-jwt-secret-file %s: the secret must be at least 32 bytes, it has %d", s.secretFile, len(b))
+		}
+		return b, nil
+	}
 	if s.secret != "" {
 		if len(s.secret) < 32 {
 			return nil, errors.New("RINDLE_JWT_SECRET must be at least 32 bytes")
@@ -313,7 +372,7 @@ func (s *settings) demoOn() bool {
 
 // serve wires every part and runs until ctx ends, then drains.
 func serve(ctx context.Context, s *settings, stdout io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := s.logger(stdout)
 	secret, err := jwtSecret(s)
 	if err != nil {
 		return err
@@ -544,4 +603,13 @@ func serveDebug(addr string, logger *slog.Logger) (func(), error) {
 	go func() { _ = srv.Serve(ln) }()
 	logger.Info("profiling endpoint", "at", "http://"+ln.Addr().String()+"/debug/pprof/")
 	return func() { _ = srv.Close() }, nil
+}
+
+// logger writes the server's log lines in -log-format.
+func (s *settings) logger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if s.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }

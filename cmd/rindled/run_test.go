@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
-	"flag"
+	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -148,11 +149,13 @@ func TestMigrateAppliesTheSchema(t *testing.T) {
 
 func TestHelpAndRefusals(t *testing.T) {
 	var errOut bytes.Buffer
-	err := run(t.Context(), []string{"-h"}, envOf(nil), io.Discard, &errOut)
-	require.True(t, errors.Is(err, flag.ErrHelp))
-	for _, s := range []string{"DATABASE_URL", "RINDLE_ADDR", "RINDLE_JWT_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT", "rindled token"} {
+	require.NoError(t, run(t.Context(), []string{"-h"}, envOf(nil), io.Discard, &errOut), "-h is success: exit 0")
+	for _, s := range []string{"DATABASE_URL", "RINDLE_ADDR", "RINDLE_JWT_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT", "rindled token", "rindled version"} {
 		require.Contains(t, errOut.String(), s)
 	}
+	var version bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"version"}, envOf(nil), &version, io.Discard))
+	require.Regexp(t, `^rindled \S+\n$`, version.String())
 	require.ErrorContains(t, run(t.Context(), []string{"bogus"}, envOf(nil), io.Discard, io.Discard), `unknown command "bogus"`)
 	require.ErrorContains(t, run(t.Context(), []string{"health", "-addr", "127.0.0.1:1"}, envOf(nil), io.Discard, io.Discard), "health:")
 	// -url probes any endpoint (the collector's health_check extension): 2xx is healthy.
@@ -162,7 +165,7 @@ func TestHelpAndRefusals(t *testing.T) {
 	require.NoError(t, run(t.Context(), []string{"health", "-url", probe.URL}, envOf(nil), io.Discard, io.Discard))
 	status = http.StatusServiceUnavailable
 	require.ErrorContains(t, run(t.Context(), []string{"health", "-url", probe.URL}, envOf(nil), io.Discard, io.Discard), "503")
-	err = run(t.Context(), nil, envOf(map[string]string{"DATABASE_URL": "host=/nowhere"}), io.Discard, io.Discard)
+	err := run(t.Context(), nil, envOf(map[string]string{"DATABASE_URL": "host=/nowhere"}), io.Discard, io.Discard)
 	require.ErrorContains(t, err, "RINDLE_JWT_SECRET is required with DATABASE_URL")
 	err = run(t.Context(), []string{"token", "-sub", "a"}, envOf(map[string]string{"RINDLE_JWT_SECRET": "short"}), io.Discard, io.Discard)
 	require.ErrorContains(t, err, "at least 32 bytes")
@@ -203,4 +206,63 @@ func TestEnvironmentValuesAreParsedOrRefused(t *testing.T) {
 	s, err = parse("rindled", []string{"-lease-ttl", "3s"}, envOf(map[string]string{"RINDLE_LEASE_TTL": "7s"}), io.Discard, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Second, s.leaseTTL, "the flag wins")
+}
+
+// TestEachCommandOffersItsOwnFlags: migrate, token and health list (and accept) only the
+// settings they read, so -h is a short answer and a serve flag given to them is an error.
+func TestEachCommandOffersItsOwnFlags(t *testing.T) {
+	t.Parallel()
+	for cmd, want := range map[string][]string{
+		"migrate": {"-database-url", "-data", "-connect-timeout"},
+		"token":   {"-sub", "-scope", "-ttl", "-jwt-secret", "-jwt-secret-file", "-data"},
+		"health":  {"-addr", "-url"},
+	} {
+		var out bytes.Buffer
+		require.NoError(t, run(t.Context(), []string{cmd, "-h"}, envOf(nil), io.Discard, &out), cmd)
+		for _, f := range want {
+			require.Contains(t, out.String(), "  "+f+" ", cmd)
+		}
+		for _, f := range []string{"-broker-url", "-cors-origins", "-lease-ttl", "-demo"} {
+			require.NotContains(t, out.String(), "  "+f+" ", "%s -h lists a serve flag", cmd)
+		}
+		err := run(t.Context(), []string{cmd, "-lease-ttl", "5s"}, envOf(nil), io.Discard, io.Discard)
+		require.ErrorContains(t, err, "flag provided but not defined: -lease-ttl", cmd)
+	}
+}
+
+// TestTheSecretCanComeFromAFile: a mounted secret (Docker, Kubernetes) is read from its file,
+// a trailing newline ignored; too short, missing, or given twice, it is refused by name.
+func TestTheSecretCanComeFromAFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret := strings.Repeat("s", 40)
+	file := filepath.Join(dir, "secret")
+	require.NoError(t, os.WriteFile(file, []byte(secret+"\n"), 0o600))
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"token", "-sub", "a", "-jwt-secret-file", file}, envOf(nil), &out, io.Discard))
+	var claims httpapi.Claims
+	_, err := jwt.ParseWithClaims(strings.TrimSpace(out.String()), &claims, func(*jwt.Token) (any, error) { return []byte(secret), nil })
+	require.NoError(t, err, "signed with the file's secret, newline stripped")
+	require.Equal(t, "a", claims.Subject)
+
+	short := filepath.Join(dir, "short")
+	require.NoError(t, os.WriteFile(short, []byte("tiny\n"), 0o600))
+	require.ErrorContains(t, run(t.Context(), []string{"token", "-sub", "a", "-jwt-secret-file", short}, envOf(nil), io.Discard, io.Discard), "at least 32 bytes")
+	require.ErrorContains(t, run(t.Context(), []string{"token", "-sub", "a"}, envOf(map[string]string{"RINDLE_JWT_SECRET_FILE": filepath.Join(dir, "none")}), io.Discard, io.Discard), "-jwt-secret-file")
+	require.ErrorContains(t, run(t.Context(), []string{"token", "-sub", "a", "-jwt-secret-file", file}, envOf(map[string]string{"RINDLE_JWT_SECRET": secret}), io.Discard, io.Discard), "both set")
+}
+
+// TestJSONLogs: -log-format json writes one JSON object per line; anything else is refused.
+func TestJSONLogs(t *testing.T) {
+	t.Parallel()
+	s, err := parse("rindled", []string{"-log-format", "json"}, envOf(nil), io.Discard, nil)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	s.logger(&out).Info("hello", "stream", "m1")
+	var line map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &line))
+	require.Equal(t, "hello", line["msg"])
+	require.Equal(t, "m1", line["stream"])
+	_, err = parse("rindled", nil, envOf(map[string]string{"RINDLE_LOG_FORMAT": "xml"}), io.Discard, nil)
+	require.ErrorContains(t, err, "want text or json")
 }
