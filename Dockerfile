@@ -1,5 +1,5 @@
 # rindled: a static binary on a minimal, non-root base.
-FROM golang:1.26 AS build
+FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

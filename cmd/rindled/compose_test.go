@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,14 +31,14 @@ func loadCompose(t *testing.T, env []string, profiles ...string) (*types.Project
 // Docker engine runs here) and checks every wire between the services against what rindled
 // reads and serves.
 func TestComposeFileMatchesTheBinary(t *testing.T) {
-	_, err := loadCompose(t, nil)
-	require.ErrorContains(t, err, "RINDLE_JWT_SECRET", "the stack refuses to start without a secret")
-	p, err := loadCompose(t, []string{"RINDLE_JWT_SECRET=" + testSecret})
+	// No set-up: the file loads with an empty environment (every compose command, down
+	// included, used to fail without RINDLE_JWT_SECRET).
+	p, err := loadCompose(t, nil)
 	require.NoError(t, err)
 
 	names := p.ServiceNames()
 	slices.Sort(names)
-	require.Equal(t, []string{"jaeger", "otel-collector", "postgres", "rindled"}, names)
+	require.Equal(t, []string{"jaeger", "otel-collector", "postgres", "rindled", "secret"}, names)
 	pg, rd, col, jg := p.Services["postgres"], p.Services["rindled"], p.Services["otel-collector"], p.Services["jaeger"]
 
 	require.Contains(t, []string(pg.Command), "wal_level=logical", "the CDC reader needs logical replication")
@@ -55,7 +56,7 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 		require.NotNil(t, v, k)
 		return *v
 	}
-	require.Equal(t, testSecret, env("RINDLE_JWT_SECRET"))
+	checkSecretWiring(t, p, "rindled")
 
 	// DATABASE_URL reaches the postgres service with its credentials.
 	db, err := pgx.ParseConfig(env("DATABASE_URL"))
@@ -115,7 +116,22 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 	// Every service has a health check, and the collector's (its image has no shell) runs the
 	// rindled binary its Dockerfile adds, against the health_check extension's port.
 	for _, name := range names {
+		if name == "secret" {
+			continue // one-shot: its dependants wait for it to complete
+		}
 		require.NotNil(t, p.Services[name].HealthCheck, "%s has no health check", name)
+	}
+	// Every image is pinned to a release, not a floating major tag.
+	for _, name := range names {
+		if img := p.Services[name].Image; img != "" {
+			_, tag, _ := strings.Cut(img, ":")
+			require.Regexp(t, `^\d+\.\d+`, tag, "%s: image %s floats on a major tag", name, img)
+		}
+	}
+	for _, f := range []string{"../../Dockerfile", "../../deploy/collector.Dockerfile"} {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.Regexp(t, `FROM golang:\d+\.\d+\.\d+ AS build`, string(b), f)
 	}
 	require.Equal(t, "deploy/collector.Dockerfile", col.Build.Dockerfile)
 	colDockerfile, err := os.ReadFile("../../deploy/collector.Dockerfile")
@@ -137,14 +153,17 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 // TestComposeScaleProfile checks the "scale" profile: three instances on NATS JetStream with a
 // slot of their own, behind an nginx proxy that balances, pins ?host=, and does not buffer.
 func TestComposeScaleProfile(t *testing.T) {
-	base, err := loadCompose(t, []string{"RINDLE_JWT_SECRET=" + testSecret})
+	base, err := loadCompose(t, nil)
 	require.NoError(t, err)
 	require.NotContains(t, base.ServiceNames(), "nats", "the default stack is one instance")
-	p, err := loadCompose(t, []string{"RINDLE_JWT_SECRET=" + testSecret}, "scale")
+	p, err := loadCompose(t, nil, "scale")
 	require.NoError(t, err)
 	names := p.ServiceNames()
 	slices.Sort(names)
-	require.Equal(t, []string{"jaeger", "nats", "otel-collector", "postgres", "proxy", "rindled", "rindled-1", "rindled-2", "rindled-3"}, names)
+	require.Equal(t, []string{"jaeger", "nats", "otel-collector", "postgres", "proxy", "rindled", "rindled-1", "rindled-2", "rindled-3", "secret"}, names)
+	for _, name := range []string{"rindled-1", "rindled-2", "rindled-3"} {
+		checkSecretWiring(t, p, name)
+	}
 
 	known := map[string]bool{}
 	_, err = parse("rindled", nil, func(k string) string { known[k] = true; return "" }, io.Discard, nil)
@@ -191,4 +210,44 @@ func TestComposeScaleProfile(t *testing.T) {
 	single := p.Services["rindled"].Environment
 	require.Nil(t, single["RINDLE_SLOT"], "the single instance keeps the default slot")
 	require.NotNil(t, p.Services["proxy"].HealthCheck)
+}
+
+// checkSecretWiring: the service reads its token secret from the file the one-shot secret
+// service writes into the shared volume, after that service completed; and the secret
+// service's own command, run here against a directory, writes 64 hex characters once and
+// keeps them on the next start.
+func checkSecretWiring(t *testing.T, p *types.Project, name string) {
+	t.Helper()
+	svc, sec := p.Services[name], p.Services["secret"]
+	file := svc.Environment["RINDLE_JWT_SECRET_FILE"]
+	require.NotNil(t, file, "%s reads its secret from a file", name)
+	require.Nil(t, svc.Environment["RINDLE_JWT_SECRET"], "%s: both set is refused", name)
+	require.Equal(t, types.ServiceConditionCompletedSuccessfully, svc.DependsOn["secret"].Condition, name)
+	mounted := func(s types.ServiceConfig) string {
+		for _, v := range s.Volumes {
+			if v.Source == "secrets" {
+				return v.Target
+			}
+		}
+		return ""
+	}
+	dir := mounted(svc)
+	require.NotEmpty(t, dir, "%s mounts the secrets volume", name)
+	require.Equal(t, dir, mounted(sec), "one volume, one path")
+	require.True(t, strings.HasPrefix(*file, dir+"/"), "%s's secret file is in the volume", name)
+
+	script := []string(sec.Command)
+	require.Equal(t, []string{"sh", "-c"}, script[:2])
+	local := t.TempDir()
+	shell := strings.ReplaceAll(script[2], dir, local)
+	run := func() string {
+		out, err := exec.Command("sh", "-c", shell).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		b, err := os.ReadFile(filepath.Join(local, strings.TrimPrefix(*file, dir+"/")))
+		require.NoError(t, err)
+		return string(b)
+	}
+	first := run()
+	require.Regexp(t, `^[0-9a-f]{64}$`, first, "32 random bytes, hex")
+	require.Equal(t, first, run(), "a restart keeps the secret (tokens stay valid)")
 }
