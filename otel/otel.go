@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
@@ -126,8 +127,11 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, func(context.Context) e
 		}
 		metricOpts = append(metricOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metrics, sdkmetric.WithInterval(cfg.MetricInterval))))
 	}
-	// Prometheus on a registry of our own: nothing global.
+	// Prometheus on a registry of our own: nothing global. It also carries the Go runtime's
+	// and the process's own metrics (goroutines, heap, GC pauses, RSS, open descriptors): an
+	// operator sizing instances for thousands of held event streams needs them.
 	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	prom, err := promexporter.New(promexporter.WithRegisterer(registry))
 	if err != nil {
 		return nil, nil, fmt.Errorf("otel: prometheus exporter: %w", err)

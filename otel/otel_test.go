@@ -91,6 +91,11 @@ func TestInstrumentsRecordCheckpointsApplyAndSlotLag(t *testing.T) {
 	require.Contains(t, body, "rindle_durability_lag_seconds_bucket")
 	require.Regexp(t, `rindle_checkpoint_failures_total\{[^}]*\} 1\n`, body)
 	require.Contains(t, body, `service_name="rindled"`)
+	// The Go runtime and the process, for sizing: goroutines (one per held event stream),
+	// heap, resident memory, open descriptors.
+	for _, m := range []string{"go_goroutines ", "go_memstats_heap_inuse_bytes ", "process_resident_memory_bytes ", "process_open_fds "} {
+		require.Contains(t, body, "\n"+m, "missing %s", m)
+	}
 }
 
 // TestCheckpointSpanContinuesIntoTheView: the commit's span context, written into the row as a
