@@ -23,6 +23,14 @@ const (
 // NoRetries is the CheckpointRetries value that turns retries off (zero means the default).
 const NoRetries = -1
 
+// RetainNone is the RetainChars value that keeps nothing below the durable offset (zero means
+// the default slack): a reader behind the durable offset joins from its durable view instead.
+const RetainNone Seq = -1
+
+// retainAll is the internal RetainChars of a whole-body committer: no floor is ever above the
+// buffer's start.
+const retainAll = Seq(1<<63 - 1)
+
 // AuthorizeInput is what the authorizer sees for one subscribe.
 type AuthorizeInput struct {
 	User     any    // the caller, as the app identifies it
@@ -103,7 +111,8 @@ type Config struct {
 	// a checkpoint can still join without a stale round trip. Text at or above the durable
 	// offset is never trimmed. Only for a Committer that does not need the whole body: New
 	// refuses it with a WholeBodyCommitter (compaction writes the whole text at close).
-	// Defaults to DefaultRetainChars for other committers.
+	// Defaults to DefaultRetainChars for other committers; RetainNone keeps nothing below the
+	// durable offset.
 	RetainChars Seq
 
 	// Linger is how long a sealed stream stays joinable, so a subscribe that races the last token
@@ -223,7 +232,9 @@ func (c *Config) withDefaults() (Config, error) {
 		if out.RetainChars != 0 {
 			return out, &ConfigError{"RetainChars", "is for commit-callback mode only: this committer compacts the whole text at close, so the plane retains all of it"}
 		}
-		out.RetainChars = -1 // retain everything
+		out.RetainChars = retainAll
+	} else if out.RetainChars == RetainNone {
+		out.RetainChars = 0
 	} else if v, err = positive("RetainChars", int64(out.RetainChars), int64(DefaultRetainChars)); err != nil {
 		return out, err
 	} else {

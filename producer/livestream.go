@@ -565,10 +565,8 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 func (s *LiveStream) advanceDurableLocked(seq Seq) {
 	s.durableSeq = seq
 	s.fanoutLocked(Frame{Type: FrameDurable, Seq: seq})
-	if r := s.p.cfg.RetainChars; r >= 0 {
-		if floor := s.durableSeq - r; floor > s.buf.from {
-			s.buf.trimTo(floor)
-		}
+	if floor := s.durableSeq - s.p.cfg.RetainChars; floor > s.buf.from {
+		s.buf.trimTo(floor)
 	}
 	s.resolveWaitersLocked()
 }

@@ -162,6 +162,30 @@ func TestJoinBelowTheRetainedFloorIsStale(t *testing.T) {
 	sub.Close()
 }
 
+func TestRetainNoneKeepsNothingBelowTheDurableOffset(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.RetainChars = producer.RetainNone })
+	s := w.open(t, "m")
+	require.NoError(t, s.Push("abcdefgh"))
+	_, err := s.Flush(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, s.Push("ij"))
+	// Durable at 8: a join at 7 is below the floor, a join at 8 gets the undurable tail live.
+	require.Equal(t, []producer.Frame{stale(8, 8)}, streamtest.Collect(t, w.subscribe(t, "m", 7)))
+	sub := w.subscribe(t, "m", 8)
+	f, err := sub.Next(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, producer.FrameOpen, f.Type)
+	f, err = sub.Next(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, chunk(8, 10, "ij"), f)
+	sub.Close()
+	require.NoError(t, s.Close(t.Context()))
+	c := w.store.closes()[0]
+	require.Equal(t, producer.Seq(8), c.BodyFrom, "the seal carries only what was retained")
+	require.Equal(t, "ij", c.Body)
+}
+
 func TestCommitFuncResynchronizesFromItsReportedLength(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, nil)
@@ -398,7 +422,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"BadRetries", func(c *producer.Config) { c.CheckpointRetries = -7 }, "CheckpointRetries"},
 		{"NegativeLinger", func(c *producer.Config) { c.Linger = -1 }, "Linger"},
 		{"NegativeQueue", func(c *producer.Config) { c.MaxQueuedFrames = -1 }, "MaxQueuedFrames"},
-		{"NegativeRetain", func(c *producer.Config) { c.RetainChars = -1 }, "RetainChars"},
+		{"NegativeRetain", func(c *producer.Config) { c.RetainChars = -2 }, "RetainChars"},
 		{"EmptyRelay", func(c *producer.Config) { c.Relay = &producer.Relay{} }, "Relay"},
 		{"AttachTimeoutWithoutRelay", func(c *producer.Config) { c.RelayAttachTimeout = time.Second }, "RelayAttachTimeout"},
 		{"RelayErrorHookWithoutRelay", func(c *producer.Config) { c.OnRelayErrorFunc = func(error, string, producer.RelayPhase) {} }, "OnRelayErrorFunc"},
