@@ -1,20 +1,23 @@
-// Package checkpoint owns the durable plane on Postgres through pgx: the mapping of the app's
-// message and chunk tables, identifier quoting, the chunk-table DDL, the open probe and host
-// compare-and-swap, the guarded append with its read-back, and compaction at close.
+// Package checkpoint owns the durable plane on Postgres through pgx, and every SQL statement
+// against the app's message and chunk tables: the mapping (Tables) and its check against the
+// database (CheckSchema), identifier quoting, the chunk-table DDL, the open probe and host
+// compare-and-swap, the guarded append with its read-back, compaction at close, leases and
+// sweeps, and the message catalog the HTTP layer asks (Catalog: create a row, look up its owner
+// and host, set the cancel flag).
 //
 // It does not own the live plane (producer, whose Committer interface Store satisfies), the
 // schema migrations of the default tables (migrations), or reading the rows back out to readers
-// (cdc and ivm).
+// (cdc and ivm, which decode and apply them in the same mapping).
 //
 // It keeps contract P and honesty as producer states them: the text in the store (body, then the
 // chunks in seq order) is always a prefix of the produced text, because every append is guarded
-// by seq = from, and a checkpoint counts as durable only once a read-back of the row confirms it.
+// by seq = from, and a checkpoint counts as durable only once the row confirms it.
 //
-// A checkpoint is one transaction of two statements (a guarded chunk insert and a length
-// compare-and-swap) and one read-back; the seal is one transaction that writes the whole body
-// and deletes the chunks. Every statement is idempotent under replay, so the plane's "retry until
-// it sticks" needs no dedup ledger. Open, Append and Close all read the row back whether or not
-// their write's reply arrived, so a lost reply is settled by what the row holds.
+// A checkpoint is one statement (the length compare-and-swap, and the chunk insert its RETURNING
+// admits) whose committed, returned row confirms it; a read-back of the row runs only when no
+// row or no reply came, so a lost reply is settled by what the row holds. The seal is one
+// transaction that writes the whole body and deletes the chunks. Every statement is idempotent
+// under replay, so the plane's "retry until it sticks" needs no dedup ledger.
 //
 // Appends and the seal apply only to a row that is still streaming under this Store's host token
 // (a departure from DESIGN §5's SQL, made for the sweeper): once the Sweeper has sealed the row
@@ -34,5 +37,6 @@
 // Lease and Sweeper each own one goroutine between Start and Stop. Errors a caller can act on:
 // *producer.OpenRefusedError (errors.Is ErrOpenRefused) from CheckOpenable and Open;
 // *producer.FencedError (errors.Is ErrFenced) from Append, Close and Reclaim; *ConfigError from
-// the constructors. Other errors name the stream and offsets.
+// the constructors; *SchemaError from CheckSchema; ErrNoMessage and ErrNoCancelColumn from
+// Catalog. Other errors name the stream and offsets.
 package checkpoint

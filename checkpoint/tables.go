@@ -8,8 +8,9 @@ import (
 )
 
 // Columns names the columns of the app's tables the plane reads and writes. An empty field takes
-// its default, except Cancel, Error, Host, ChunkKey and ChunkTraceparent, which are opt-in by
-// naming: the plane never emits SQL against a column the app did not ask it to use.
+// its default, except Cancel, Error, Host, Owner, Chat, Role, ChunkKey and ChunkTraceparent,
+// which are opt-in by naming: the plane never emits SQL against a column the app did not ask it
+// to use.
 type Columns struct {
 	// Key is the message row's primary key, matched against the stream id. Defaults to "id".
 	Key string
@@ -28,6 +29,12 @@ type Columns struct {
 	// Host, if named, records the producer's identity at open and turns the open guard into a
 	// true compare-and-swap; it also gives subscribe routing a column to read. No default.
 	Host string
+	// Owner, if named, is the text column a reader's token subject must match (Catalog needs
+	// it). No default.
+	Owner string
+	// Chat and Role, if named, are text columns Catalog.Create fills (the conversation and the
+	// speaker). No default.
+	Chat, Role string
 	// ChunkKey, if named, is a text key written as "<streamId>:<seq>" (the seed's schema keys
 	// chunks by it). No default: the project's schema keys chunks by (stream, seq), which says
 	// the same thing without a second index.
@@ -66,7 +73,8 @@ func DefaultTables() Tables {
 	return Tables{
 		Message: "messages",
 		Chunks:  "message_chunks",
-		Columns: Columns{Cancel: "cancel_requested", Error: "error", Host: "host", ChunkTraceparent: "traceparent"},
+		Columns: Columns{Cancel: "cancel_requested", Error: "error", Host: "host", Owner: "owner", Chat: "chat_id", Role: "role",
+			ChunkTraceparent: "traceparent"},
 	}
 }
 
@@ -105,6 +113,7 @@ func (t Tables) validate() error {
 		{"Message", t.Message}, {"Chunks", t.Chunks},
 		{"Columns.Key", c.Key}, {"Columns.Body", c.Body}, {"Columns.Status", c.Status}, {"Columns.Seq", c.Seq},
 		{"Columns.Cancel", c.Cancel}, {"Columns.Error", c.Error}, {"Columns.Host", c.Host},
+		{"Columns.Owner", c.Owner}, {"Columns.Chat", c.Chat}, {"Columns.Role", c.Role},
 		{"Columns.ChunkKey", c.ChunkKey}, {"Columns.ChunkStream", c.ChunkStream},
 		{"Columns.ChunkSeq", c.ChunkSeq}, {"Columns.ChunkText", c.ChunkText}, {"Columns.ChunkTraceparent", c.ChunkTraceparent},
 	} {

@@ -59,7 +59,7 @@ func TestCORS(t *testing.T) {
 	resp = send(t, http.MethodGet, plain.base+"/healthz", http.Header{"Origin": {"https://app.example"}})
 	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
 
-	_, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Pool: w.db.Pool, Secret: secret, AllowedOrigins: []string{"app.example"}})
+	_, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(t), Secret: secret, AllowedOrigins: []string{"app.example"}})
 	require.ErrorContains(t, err, "AllowedOrigins")
 }
 
@@ -113,7 +113,7 @@ func TestErrorsForBrowsersAndStrangers(t *testing.T) {
 	dead, err := pgxpool.New(t.Context(), w.db.URL)
 	require.NoError(t, err)
 	dead.Close()
-	c = serve(t, w, func(cfg *httpapi.Config) { cfg.Pool = dead })
+	c = serve(t, w, func(cfg *httpapi.Config) { cfg.Messages = catalogOn(t, dead) })
 	r = c.do("GET", "/v1/streams/m", token(t, "alice", ""), nil)
 	require.Equal(t, http.StatusServiceUnavailable, r.status)
 	for _, leak := range []string{"host=", "user=", "postgres", ".s.PGSQL", "closed pool"} {

@@ -7,8 +7,8 @@
 // /readyz and /metrics.
 //
 // Auth: HS256 JWTs in the Authorization header; the event stream also takes ?access_token=,
-// since a browser's EventSource cannot set headers (RFC 6750 §2.3). A reader may read only messages whose owner is its subject; producer routes
-// need the producer scope. A read's owner is looked up before anything reveals whether the id
+// since a browser's EventSource cannot set headers (RFC 6750 §2.3). A reader may read only
+// messages whose owner is its subject; producer routes need the producer scope. A read's owner is looked up before anything reveals whether the id
 // exists, and a denied read and a read of a missing id get the same 403, byte for byte. The
 // owner of a stream opened on this instance is kept with it, so its readers are authorized from
 // memory and can join while the database is away.
@@ -34,7 +34,8 @@
 // length, so a reader that was relayed text never made durable learns where the durable text
 // ends. While a stream is live, the event stream's Rindle-Host header names its instance.
 //
-// It does not own the frames or the SSE encoding (producer), the view (ivm) or the database
-// schema (migrations). A Server starts no goroutines; a Joined is pulled by the one that
+// It does not own the frames or the SSE encoding (producer), the view (ivm), the database
+// schema (migrations) or any SQL: the message table is asked through Messages, which
+// checkpoint.Catalog implements in the app's table mapping. A Server starts no goroutines; a Joined is pulled by the one that
 // serves its request.
 package httpapi

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
@@ -22,7 +23,7 @@ func TestReaderJoinsALocalStreamWhileTheDatabaseIsAway(t *testing.T) {
 	w := setup(t)
 	apiPool, err := pgxpool.New(t.Context(), w.db.URL)
 	require.NoError(t, err)
-	c := serve(t, w, func(cfg *httpapi.Config) { cfg.Pool = apiPool; cfg.HostID = "host-a" })
+	c := serve(t, w, func(cfg *httpapi.Config) { cfg.Messages = catalogOn(t, apiPool); cfg.HostID = "host-a" })
 	prod, alice, mallory := token(t, "svc", "producer"), token(t, "alice", ""), token(t, "mallory", "")
 	require.Equal(t, http.StatusCreated, c.do("POST", "/v1/messages", prod, []byte(`{"id":"m1","owner":"alice"}`)).status)
 	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m1/open", prod, nil).status)
@@ -58,4 +59,13 @@ func TestReaderJoinsALocalStreamWhileTheDatabaseIsAway(t *testing.T) {
 	require.Equal(t, producer.FrameOpen, got[0].Type)
 	require.Equal(t, "live text", text)
 	require.Equal(t, http.StatusForbidden, c.do("GET", "/v1/streams/m1/events", mallory, nil).status, "a stranger is refused from memory too")
+}
+
+// catalogOn is the default mapping's catalog on its own pool, which a test can close to play a
+// dead database.
+func catalogOn(t *testing.T, pool *pgxpool.Pool) *checkpoint.Catalog {
+	t.Helper()
+	cat, err := checkpoint.NewCatalog(checkpoint.CatalogConfig{DB: checkpoint.PoolDB(pool)})
+	require.NoError(t, err)
+	return cat
 }

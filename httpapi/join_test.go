@@ -30,6 +30,14 @@ type world struct {
 	elsewhere *producer.Plane   // another instance: hosts nothing
 }
 
+// catalog is the message table in the default mapping, as rindled wires it.
+func (w *world) catalog(t testing.TB) *checkpoint.Catalog {
+	t.Helper()
+	cat, err := checkpoint.NewCatalog(checkpoint.CatalogConfig{DB: checkpoint.PoolDB(w.db.Pool)})
+	require.NoError(t, err)
+	return cat
+}
+
 func allow(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }
 
 func setup(t testing.TB) *world {

@@ -42,7 +42,7 @@ func loadServer(b *testing.B, queue int) (*world, *producer.LiveStream, string, 
 		require.NoError(b, err)
 		b.Cleanup(w.plane.Close)
 	}
-	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Pool: w.db.Pool, Secret: secret})
+	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(b), Secret: secret})
 	require.NoError(b, err)
 	hs := httptest.NewServer(srv.Handler())
 	b.Cleanup(hs.Close)

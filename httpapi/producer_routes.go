@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/jackc/pgx/v5"
 
+	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -81,12 +81,11 @@ func (s *Server) registerProducerRoutes() {
 			if id == "" {
 				id = fmt.Sprintf("msg-%d", time.Now().UnixNano())
 			}
-			tag, err := s.cfg.Pool.Exec(ctx, "INSERT INTO messages (id, chat_id, role, owner) VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4) ON CONFLICT (id) DO NOTHING",
-				id, in.Body.ChatID, in.Body.Role, in.Body.Owner)
+			created, err := s.cfg.Messages.Create(ctx, checkpoint.NewMessage{ID: id, Owner: in.Body.Owner, Chat: in.Body.ChatID, Role: in.Body.Role})
 			if err != nil {
 				return nil, s.unavailable("create message", err)
 			}
-			if tag.RowsAffected() == 0 {
+			if !created {
 				return nil, huma.Error409Conflict(fmt.Sprintf("message %s already exists", id))
 			}
 			out := &createOutput{Status: http.StatusCreated}
@@ -102,12 +101,13 @@ func (s *Server) registerProducerRoutes() {
 				return nil, err
 			}
 			// The owner travels with the live stream, so its readers are authorized from memory.
-			meta := &streamMeta{}
-			if err := s.cfg.Pool.QueryRow(ctx, "SELECT owner FROM messages WHERE id = $1", in.ID).Scan(&meta.owner); errors.Is(err, pgx.ErrNoRows) {
+			m, err := s.cfg.Messages.Lookup(ctx, in.ID)
+			if errors.Is(err, checkpoint.ErrNoMessage) {
 				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s: open refused: no message row: create it first", in.ID))
 			} else if err != nil {
 				return nil, s.unavailable("open", err)
 			}
+			meta := &streamMeta{owner: m.Owner}
 			st, err := s.cfg.Plane.Open(ctx, producer.OpenStreamInput{StreamID: in.ID, Meta: meta})
 			if errors.Is(err, producer.ErrOpenRefused) {
 				return nil, huma.Error409Conflict(err.Error())

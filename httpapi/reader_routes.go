@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/jackc/pgx/v5"
 
+	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/ivm"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -52,11 +52,14 @@ func (s *Server) registerReaderRoutes() {
 			if local && st.Ended() {
 				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s is sealed: there is nothing to cancel", in.ID))
 			}
-			var status string
-			err := s.cfg.Pool.QueryRow(ctx, `UPDATE messages SET cancel_requested = true WHERE id = $1 AND status IN ('pending', 'streaming') RETURNING status`, in.ID).Scan(&status)
+			requested, err := s.cfg.Messages.RequestCancel(ctx, in.ID)
 			switch {
-			case errors.Is(err, pgx.ErrNoRows):
+			case err == nil && !requested, errors.Is(err, checkpoint.ErrNoMessage):
 				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s is sealed: there is nothing to cancel", in.ID))
+			case errors.Is(err, checkpoint.ErrNoCancelColumn) && !local:
+				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s is produced by another instance and this deployment maps no cancel column: cancel it there", in.ID))
+			case errors.Is(err, checkpoint.ErrNoCancelColumn):
+				// The producer is here; it needs no flag.
 			case err != nil && !local:
 				return nil, s.unavailable("cancel", err)
 			case err != nil:

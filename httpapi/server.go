@@ -13,10 +13,9 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/cors"
 
+	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -34,8 +33,9 @@ type Config struct {
 	Plane *producer.Plane
 	// View is the durable view. Required.
 	View ViewReader
-	// Pool reads owners and writes message rows and cancel flags. Required.
-	Pool *pgxpool.Pool
+	// Messages creates message rows, reads their owners and sets cancel flags, in the app's
+	// table mapping: a *checkpoint.Catalog. Required.
+	Messages Messages
 	// Secret verifies HS256 bearer tokens. Required, at least 32 bytes.
 	Secret []byte
 	// MaxBodyBytes bounds a request body. Defaults to DefaultMaxBodyBytes.
@@ -59,6 +59,20 @@ type Config struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// Messages is what the HTTP layer asks of the app's message table. checkpoint.Catalog
+// implements it in the configured table mapping, so the durable plane's SQL has one owner.
+type Messages interface {
+	// Create inserts a message row; false means the id exists.
+	Create(ctx context.Context, m checkpoint.NewMessage) (created bool, err error)
+	// Lookup reads the row's owner, status and host, or checkpoint.ErrNoMessage.
+	Lookup(ctx context.Context, id string) (checkpoint.MessageInfo, error)
+	// RequestCancel sets the cancel flag of a pending or streaming row: false means it is
+	// sealed; checkpoint.ErrNoMessage and checkpoint.ErrNoCancelColumn as they say.
+	RequestCancel(ctx context.Context, id string) (requested bool, err error)
+}
+
+var _ Messages = (*checkpoint.Catalog)(nil)
 
 // Server is the HTTP API.
 type Server struct {
@@ -103,8 +117,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: Config.Plane is required")
 	case cfg.View == nil:
 		return nil, errors.New("httpapi: Config.View is required")
-	case cfg.Pool == nil:
-		return nil, errors.New("httpapi: Config.Pool is required")
+	case cfg.Messages == nil:
+		return nil, errors.New("httpapi: Config.Messages is required")
 	case len(cfg.Secret) < 32:
 		return nil, errors.New("httpapi: Config.Secret must be at least 32 bytes")
 	case cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0 || cfg.MaxIngestBytes < 0:
@@ -288,17 +302,16 @@ func (s *Server) reader(ctx context.Context, header, id string) (*access, error)
 			return a, nil
 		}
 	}
-	var owner, host, status *string
-	err = s.cfg.Pool.QueryRow(ctx, "SELECT owner, host, status FROM messages WHERE id = $1", id).Scan(&owner, &host, &status)
+	m, err := s.cfg.Messages.Lookup(ctx, id)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, checkpoint.ErrNoMessage):
 		return nil, errNoAccess()
 	case err != nil:
 		return nil, s.unavailable("authorize read", err)
-	case c.has(ProducerScope) || (owner != nil && *owner == c.Subject):
+	case c.has(ProducerScope) || (m.Owner != nil && *m.Owner == c.Subject):
 		a := &access{}
-		if host != nil && status != nil && *status == string(producer.StatusStreaming) {
-			a.host = *host
+		if m.Host != nil && m.Status == string(producer.StatusStreaming) {
+			a.host = *m.Host
 		}
 		return a, nil
 	}

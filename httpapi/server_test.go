@@ -76,7 +76,7 @@ func (r reply) json(t *testing.T) map[string]any {
 
 func serve(t *testing.T, w *world, change ...func(*httpapi.Config)) client {
 	t.Helper()
-	cfg := httpapi.Config{Plane: w.plane, View: w.view, Pool: w.db.Pool, Secret: secret, MaxBodyBytes: 4096}
+	cfg := httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(t), Secret: secret, MaxBodyBytes: 4096}
 	for _, f := range change {
 		f(&cfg)
 	}

@@ -27,8 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -55,8 +54,8 @@ const (
 type Config struct {
 	// Plane produces the answers. Required.
 	Plane *producer.Plane
-	// Pool writes the message rows. Required.
-	Pool *pgxpool.Pool
+	// Messages writes the message rows, in the app's mapping. Required.
+	Messages *checkpoint.Catalog
 	// Mint signs a reader token for subject (httpapi.NewToken with the server's secret). Required.
 	Mint func(subject string, ttl time.Duration) (string, error)
 	// MaxRunning bounds concurrent generations; past it a start gets 429. Defaults to
@@ -81,8 +80,8 @@ func New(cfg Config) (*Demo, error) {
 	switch {
 	case cfg.Plane == nil:
 		return nil, errors.New("demo: Config.Plane is required")
-	case cfg.Pool == nil:
-		return nil, errors.New("demo: Config.Pool is required")
+	case cfg.Messages == nil:
+		return nil, errors.New("demo: Config.Messages is required")
 	case cfg.Mint == nil:
 		return nil, errors.New("demo: Config.Mint is required")
 	case cfg.MaxRunning < 0:
@@ -171,7 +170,7 @@ func (d *Demo) start(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	if _, err := d.cfg.Pool.Exec(r.Context(), "INSERT INTO messages (id, role, owner) VALUES ($1, 'assistant', $2)", st.ID, st.Owner); err != nil {
+	if _, err := d.cfg.Messages.Create(r.Context(), checkpoint.NewMessage{ID: st.ID, Owner: st.Owner, Role: "assistant"}); err != nil {
 		release()
 		writeProblem(w, http.StatusServiceUnavailable, "the database is unavailable: "+err.Error())
 		return

@@ -67,7 +67,9 @@ func TestStartRefusesBadParametersAndTooManyAnswers(t *testing.T) {
 		Authorize: func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }})
 	require.NoError(t, err)
 	defer plane.Close()
-	d, err := demo.New(demo.Config{Plane: plane, Pool: db.Pool, MaxRunning: 1,
+	catalog, err := checkpoint.NewCatalog(checkpoint.CatalogConfig{DB: checkpoint.PoolDB(db.Pool)})
+	require.NoError(t, err)
+	d, err := demo.New(demo.Config{Plane: plane, Messages: catalog, MaxRunning: 1,
 		Mint: func(sub string, _ time.Duration) (string, error) { return "token-for-" + sub, nil }})
 	require.NoError(t, err)
 	defer d.Stop()
