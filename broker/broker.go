@@ -97,7 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 		cfg.Retention = DefaultRetention
 	}
 	if cfg.Retention < 0 {
-		return nil, errors.New("broker: Config.Retention must not be negative")
+		return nil, &ConfigError{Field: "Retention", Reason: "must not be negative"}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -230,4 +230,15 @@ func openNATS(ctx context.Context, cfg Config, wlog watermill.LoggerAdapter) (*B
 	b.closers = append(b.closers, closeRelay)
 	b.Relay = relay
 	return b, nil
+}
+
+// ConfigError names the Config field that New refused, and why. It is the convention of every
+// package here (producer, checkpoint, cdc, ivm, broker, httpapi, otel): match it with errors.As.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "broker: Config." + e.Field + ": " + e.Reason
 }

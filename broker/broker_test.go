@@ -237,3 +237,11 @@ func TestANackedTransactionIsDeliveredAgainBeforeTheNext(t *testing.T) {
 	require.Equal(t, seq(0, 10), got)
 	require.Equal(t, 2, nacked)
 }
+
+func TestOpenRefusesANegativeRetentionByField(t *testing.T) {
+	t.Parallel()
+	var ce *broker.ConfigError
+	_, err := broker.Open(t.Context(), broker.Config{Retention: -time.Second})
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Retention", ce.Field)
+}

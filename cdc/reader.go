@@ -122,10 +122,10 @@ type Reader struct {
 // New validates cfg.
 func New(cfg Config) (*Reader, error) {
 	if cfg.ConnString == "" {
-		return nil, errors.New("cdc: Config.ConnString is required")
+		return nil, &ConfigError{Field: "ConnString", Reason: "is required"}
 	}
 	if cfg.Publisher == nil {
-		return nil, errors.New("cdc: Config.Publisher is required")
+		return nil, &ConfigError{Field: "Publisher", Reason: "is required"}
 	}
 	if cfg.Slot == "" {
 		cfg.Slot = DefaultSlot
@@ -140,12 +140,12 @@ func New(cfg Config) (*Reader, error) {
 	// PostgreSQL accepts for a slot name, so no quoting is ever needed.
 	for field, name := range map[string]string{"Slot": cfg.Slot, "Publication": cfg.Publication} {
 		if !validName(name) {
-			return nil, fmt.Errorf("cdc: Config.%s %q must be 1-63 lowercase letters, digits and underscores", field, name)
+			return nil, &ConfigError{Field: field, Reason: fmt.Sprintf("%q must be 1-63 lowercase letters, digits and underscores", name)}
 		}
 	}
 	for field, v := range map[string]time.Duration{"StatusInterval": cfg.StatusInterval, "ServerTimeout": cfg.ServerTimeout, "ConnectTimeout": cfg.ConnectTimeout} {
 		if v < 0 {
-			return nil, fmt.Errorf("cdc: Config.%s must not be negative", field)
+			return nil, &ConfigError{Field: field, Reason: "must not be negative"}
 		}
 	}
 	if cfg.StatusInterval == 0 {
@@ -169,14 +169,14 @@ func New(cfg Config) (*Reader, error) {
 	}
 	replConf, err := pgconn.ParseConfig(cfg.ConnString)
 	if err != nil {
-		return nil, fmt.Errorf("cdc: Config.ConnString: %w", err)
+		return nil, &ConfigError{Field: "ConnString", Reason: err.Error(), Err: err}
 	}
 	if replConf.ConnectTimeout == 0 {
 		replConf.ConnectTimeout = cfg.ConnectTimeout
 	}
 	plainConf, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
-		return nil, fmt.Errorf("cdc: Config.ConnString: %w", err)
+		return nil, &ConfigError{Field: "ConnString", Reason: err.Error(), Err: err}
 	}
 	if plainConf.ConnectTimeout == 0 {
 		plainConf.ConnectTimeout = cfg.ConnectTimeout
@@ -507,3 +507,18 @@ func validName(s string) bool {
 	}
 	return true
 }
+
+// ConfigError names the Config field that New refused, and why. It is the convention of every
+// package here (producer, checkpoint, cdc, ivm, broker, httpapi, otel): match it with errors.As.
+type ConfigError struct {
+	Field  string
+	Reason string
+	// Err is the underlying parse error, if any.
+	Err error
+}
+
+func (e *ConfigError) Error() string {
+	return "cdc: Config." + e.Field + ": " + e.Reason
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }

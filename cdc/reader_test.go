@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,15 +105,28 @@ func TestUnchangedToastedBodyIsNotEmpty(t *testing.T) {
 
 func TestReaderConfigRefusals(t *testing.T) {
 	t.Parallel()
+	field := func(err error) string {
+		t.Helper()
+		var ce *cdc.ConfigError
+		require.ErrorAs(t, err, &ce)
+		return ce.Field
+	}
 	_, err := cdc.New(cdc.Config{})
-	require.ErrorContains(t, err, "ConnString is required")
+	require.Equal(t, "ConnString", field(err))
+	require.EqualError(t, err, "cdc: Config.ConnString: is required")
 	_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere"})
-	require.ErrorContains(t, err, "Publisher is required")
+	require.Equal(t, "Publisher", field(err))
+	_, err = cdc.New(cdc.Config{ConnString: "port=notaport", Publisher: ordered()})
+	require.Equal(t, "ConnString", field(err))
+	require.Error(t, errors.Unwrap(err), "the parse error is kept")
+	_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), ServerTimeout: -1})
+	require.Equal(t, "ServerTimeout", field(err))
 	for _, bad := range []string{"Bad", "a'b", "x-y", strings.Repeat("s", 64)} {
 		_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), Slot: bad})
-		require.ErrorContains(t, err, "Config.Slot", bad)
+		require.Equal(t, "Slot", field(err), bad)
+		require.ErrorContains(t, err, bad)
 		_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), Publication: bad})
-		require.ErrorContains(t, err, "Config.Publication", bad)
+		require.Equal(t, "Publication", field(err), bad)
 	}
 }
 

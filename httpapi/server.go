@@ -114,19 +114,23 @@ func (c *Claims) has(scope string) bool {
 func New(cfg Config) (*Server, error) {
 	switch {
 	case cfg.Plane == nil:
-		return nil, errors.New("httpapi: Config.Plane is required")
+		return nil, &ConfigError{Field: "Plane", Reason: "is required"}
 	case cfg.View == nil:
-		return nil, errors.New("httpapi: Config.View is required")
+		return nil, &ConfigError{Field: "View", Reason: "is required"}
 	case cfg.Messages == nil:
-		return nil, errors.New("httpapi: Config.Messages is required")
+		return nil, &ConfigError{Field: "Messages", Reason: "is required (a *checkpoint.Catalog)"}
 	case len(cfg.Secret) < 32:
-		return nil, errors.New("httpapi: Config.Secret must be at least 32 bytes")
-	case cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0 || cfg.MaxIngestBytes < 0:
-		return nil, errors.New("httpapi: Config.MaxBodyBytes, MaxIngestBytes and MaxWait must not be negative")
+		return nil, &ConfigError{Field: "Secret", Reason: "must be at least 32 bytes"}
+	case cfg.MaxBodyBytes < 0:
+		return nil, &ConfigError{Field: "MaxBodyBytes", Reason: "must not be negative"}
+	case cfg.MaxIngestBytes < 0:
+		return nil, &ConfigError{Field: "MaxIngestBytes", Reason: "must not be negative"}
+	case cfg.MaxWait < 0:
+		return nil, &ConfigError{Field: "MaxWait", Reason: "must not be negative"}
 	}
 	for _, o := range cfg.AllowedOrigins {
 		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
-			return nil, fmt.Errorf("httpapi: Config.AllowedOrigins: %q is not an origin such as https://app.example.com (or *)", o)
+			return nil, &ConfigError{Field: "AllowedOrigins", Reason: fmt.Sprintf("%q is not an origin such as https://app.example.com (or *)", o)}
 		}
 	}
 	if cfg.MaxIngestBytes == 0 {
@@ -352,3 +356,14 @@ func writeProblem(w http.ResponseWriter, err error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// ConfigError names the Config field that New refused, and why. It is the convention of every
+// package here (producer, checkpoint, cdc, ivm, broker, httpapi, otel): match it with errors.As.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "httpapi: Config." + e.Field + ": " + e.Reason
+}

@@ -247,3 +247,24 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	require.Equal(t, http.StatusOK, js.status)
 	require.Greater(t, len(js.body), 100_000)
 }
+
+func TestNewRefusesABadConfigByField(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	base := httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(t), Secret: secret}
+	for field, change := range map[string]func(*httpapi.Config){
+		"Plane":          func(c *httpapi.Config) { c.Plane = nil },
+		"Messages":       func(c *httpapi.Config) { c.Messages = nil },
+		"Secret":         func(c *httpapi.Config) { c.Secret = []byte("short") },
+		"MaxWait":        func(c *httpapi.Config) { c.MaxWait = -1 },
+		"MaxIngestBytes": func(c *httpapi.Config) { c.MaxIngestBytes = -1 },
+		"AllowedOrigins": func(c *httpapi.Config) { c.AllowedOrigins = []string{"app.example"} },
+	} {
+		cfg := base
+		change(&cfg)
+		_, err := httpapi.New(cfg)
+		var ce *httpapi.ConfigError
+		require.ErrorAs(t, err, &ce, field)
+		require.Equal(t, field, ce.Field)
+	}
+}

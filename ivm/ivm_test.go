@@ -336,3 +336,12 @@ func TestRandomWorkloadWithFaults(t *testing.T) {
 	}
 	require.Positive(t, w.pub.refused.Load())
 }
+
+func TestNewRefusesABadConfigByField(t *testing.T) {
+	t.Parallel()
+	var ce *ivm.ConfigError
+	_, err := ivm.New(ivm.Config{})
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Subscriber", ce.Field)
+	require.EqualError(t, err, "ivm: Config.Subscriber: is required")
+}

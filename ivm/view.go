@@ -133,16 +133,16 @@ type entry struct {
 // New validates cfg.
 func New(cfg Config) (*View, error) {
 	if cfg.Subscriber == nil {
-		return nil, errors.New("ivm: Config.Subscriber is required")
+		return nil, &ConfigError{Field: "Subscriber", Reason: "is required"}
 	}
 	if cfg.Pool == nil {
-		return nil, errors.New("ivm: Config.Pool is required")
+		return nil, &ConfigError{Field: "Pool", Reason: "is required"}
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = cdc.DefaultTopic
 	}
 	if cfg.MaxEntries < 0 {
-		return nil, errors.New("ivm: Config.MaxEntries must not be negative")
+		return nil, &ConfigError{Field: "MaxEntries", Reason: "must not be negative"}
 	}
 	if cfg.MaxEntries == 0 {
 		cfg.MaxEntries = DefaultMaxEntries
@@ -658,4 +658,15 @@ func (v *View) load(ctx context.Context, e *entry) (*entry, error) {
 	}
 	v.evictLocked() // may evict e itself: this read is still served from it
 	return e, nil
+}
+
+// ConfigError names the Config field that New refused, and why. It is the convention of every
+// package here (producer, checkpoint, cdc, ivm, broker, httpapi, otel): match it with errors.As.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "ivm: Config." + e.Field + ": " + e.Reason
 }

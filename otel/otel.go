@@ -82,7 +82,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, func(context.Context) e
 		cfg.ServiceName = "rindled"
 	}
 	if cfg.MetricInterval < 0 {
-		return nil, nil, errors.New("otel: Config.MetricInterval must not be negative")
+		return nil, nil, &ConfigError{Field: "MetricInterval", Reason: "must not be negative"}
 	}
 	if cfg.MetricInterval == 0 {
 		cfg.MetricInterval = 15 * time.Second
@@ -320,4 +320,15 @@ func (t *Telemetry) HTTPHandler(h http.Handler, skip func(*http.Request) bool) h
 		opts = append(opts, otelhttp.WithFilter(func(r *http.Request) bool { return !skip(r) }))
 	}
 	return otelhttp.NewHandler(h, "http", opts...)
+}
+
+// ConfigError names the Config field that New refused, and why. It is the convention of every
+// package here (producer, checkpoint, cdc, ivm, broker, httpapi, otel): match it with errors.As.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "otel: Config." + e.Field + ": " + e.Reason
 }

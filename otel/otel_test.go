@@ -208,3 +208,11 @@ func TestHTTPHandlerTracesRoutesContinuesCallersAndSkipsStreams(t *testing.T) {
 	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", got[0].SpanContext.TraceID().String(), "continues the caller's trace")
 	require.Equal(t, "b7ad6b7169203331", got[0].Parent.SpanID().String())
 }
+
+func TestSetupRefusesANegativeIntervalByField(t *testing.T) {
+	t.Parallel()
+	var ce *rotel.ConfigError
+	_, _, err := rotel.Setup(t.Context(), rotel.Config{MetricInterval: -time.Second})
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "MetricInterval", ce.Field)
+}
