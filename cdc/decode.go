@@ -27,13 +27,6 @@ func newDecoder(t checkpoint.Tables) *decoder {
 	return &decoder{t: t, relations: map[uint32]*pglogrepl.RelationMessage{}}
 }
 
-// reset drops the open transaction (a broken connection: the server re-sends it whole).
-// Relations are re-sent on every new session, so the cache goes too.
-func (d *decoder) reset() {
-	d.tx = nil
-	d.relations = map[uint32]*pglogrepl.RelationMessage{}
-}
-
 // inTx reports whether a transaction is open: its changes are in flight.
 func (d *decoder) inTx() bool { return d.tx != nil }
 

@@ -227,7 +227,10 @@ func BenchmarkWALPerByte(b *testing.B) {
 					s, err := plane.Open(ctx, producer.OpenStreamInput{StreamID: id})
 					require.NoError(b, err)
 					wg.Go(func() {
-						for d := range demo.Answer(ctx, uint64(run*100+i), 600, 5*time.Millisecond) {
+						for d, err := range demo.Answer(ctx, uint64(run*100+i), 600, 5*time.Millisecond) {
+							if err != nil {
+								return // the run's context ended
+							}
 							if s.Push(d) == nil {
 								bytes.Add(int64(len(d)))
 							}

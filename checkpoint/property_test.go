@@ -239,7 +239,6 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	b.fdb.reset()
 	require.Eventually(t, func() bool { return plane.Resume(t.Context()) == nil }, 20*time.Second, time.Millisecond, "seed %d: reclaim", seed)
 	if !sealed {
-		sealed = true
 		sealErr = s.Close(t.Context())
 	}
 	if sealErr != nil && !swept {

@@ -33,7 +33,7 @@ func TestStreamingIngestPushesEachPieceAsItArrives(t *testing.T) {
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	done := make(chan *http.Response, 1)
 	go func() {
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // the test closes it on receipt
 		if err != nil {
 			panic(err)
 		}

@@ -60,7 +60,7 @@ func sseConn(b *testing.B, addr, tok string) (net.Conn, *bufio.Reader) {
 	require.NoError(b, err)
 	_, err = fmt.Fprintf(c, "GET /v1/streams/m/events?access_token=%s HTTP/1.1\r\nHost: x\r\n\r\n", url.QueryEscape(tok))
 	require.NoError(b, err)
-	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16<<10), nil)
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16<<10), nil) //nolint:bodyclose // the body is the connection, which the caller closes
 	require.NoError(b, err)
 	require.Equal(b, http.StatusOK, resp.StatusCode)
 	r := bufio.NewReader(resp.Body) // dechunked

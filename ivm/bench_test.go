@@ -135,7 +135,7 @@ func BenchmarkCommitToViewLag(b *testing.B) {
 	}
 }
 
-var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`) //nolint:gochecknoglobals // compiled once, read-only
+var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`)
 
 // BenchmarkReaderThroughput has pgbench write checkpoint-shaped transactions (a chunk insert and
 // a message update) for 5 s while the slot holds them, then lets the reader drain them into the

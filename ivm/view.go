@@ -206,18 +206,26 @@ func (v *View) Start(ctx context.Context) error {
 		return fmt.Errorf("ivm: router: %w", err)
 	case <-ctx.Done():
 		_ = router.Close()
-		<-v.runDone
+		v.awaitRouter()
 		return context.Cause(ctx)
 	}
 	// Subscribed first, snapshot second: every transaction not visible in the snapshot is
 	// delivered after this point (the handler holds them until ready).
 	if err := v.bootstrap(ctx); err != nil {
 		_ = router.Close()
-		<-v.runDone
+		v.awaitRouter()
 		return err
 	}
 	close(v.ready)
 	return nil
+}
+
+// awaitRouter waits for the closed router's Run to return, and logs its error: the view is
+// stopping, so there is no caller left to hand it to.
+func (v *View) awaitRouter() {
+	if err := <-v.runDone; err != nil {
+		v.cfg.Logger.Warn("ivm: the router ended with an error", "err", err)
+	}
 }
 
 // Stop closes the router and returns once its handler has. Safe to call twice.
@@ -227,7 +235,7 @@ func (v *View) Stop() {
 	}
 	_ = v.router.Close()
 	if v.runDone != nil {
-		<-v.runDone
+		v.awaitRouter()
 		v.runDone = nil
 	}
 }
@@ -427,14 +435,15 @@ func (v *View) settleLocked(e *entry, appendOnly bool) {
 		at = c.seq
 	}
 	e.view, e.seq = e.buf.View(), at
-	if e.status == producer.StatusStreaming {
+	switch {
+	case e.status == producer.StatusStreaming:
 		if e.elem != nil {
 			v.settled.Remove(e.elem)
 			e.elem = nil
 		}
-	} else if e.elem == nil {
+	case e.elem == nil:
 		e.elem = v.settled.PushFront(e)
-	} else {
+	default:
 		v.settled.MoveToFront(e.elem)
 	}
 	close(e.changed)

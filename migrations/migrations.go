@@ -24,7 +24,7 @@ import (
 )
 
 //go:embed *.up.sql
-var files embed.FS //nolint:gochecknoglobals // embedded, read-only
+var files embed.FS
 
 // lockKey is the advisory lock that serializes concurrent Migrate calls ("rindle" in ASCII).
 const lockKey = 0x72696e646c65

@@ -412,10 +412,7 @@ func (s *LiveStream) drain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stalled = false
-	for {
-		if s.ended {
-			break // fenced by another writer
-		}
+	for !s.ended { // ended: fenced by another writer
 		// A seal goes straight to compaction: it writes the whole body, so committing the tail
 		// as one more chunk first would be waste, and the seal repairs any failed slice anyway.
 		// It runs even after the plane detached (its commit then fails at once), so a Close

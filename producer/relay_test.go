@@ -58,9 +58,8 @@ type relayErr struct {
 
 type relayWorld struct {
 	*world
-	mu        sync.Mutex
-	errs      []relayErr
-	published []producer.Frame
+	mu   sync.Mutex
+	errs []relayErr
 }
 
 func (r *relayWorld) relayErrors() []relayErr {

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"errors"
 	"io"
 	"iter"
 	"sync"
@@ -153,7 +154,7 @@ func (s *Subscription) Frames(ctx context.Context) iter.Seq2[Frame, error] {
 		defer s.Close()
 		for {
 			f, err := s.Next(ctx)
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return
 			}
 			if !yield(f, err) || err != nil {

@@ -70,8 +70,9 @@ func main() {
 	flag.StringVar(&c.serverArgs, "server-args", "", "extra rindled flags, space-separated (-debug-addr 127.0.0.1:6060 to profile it)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, c); err != nil {
+	err := run(ctx, c)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "rindle-load:", err)
 		os.Exit(1)
 	}
@@ -149,7 +150,7 @@ func run(ctx context.Context, c config) error {
 	return nil
 }
 
-var listening = regexp.MustCompile(`url=(http://\S+)`) //nolint:gochecknoglobals // compiled once
+var listening = regexp.MustCompile(`url=(http://\S+)`)
 
 // start runs rindled on a private cluster in work and mints its tokens.
 func start(ctx context.Context, bin, work string, extra []string) (*server, func(), error) {
@@ -279,7 +280,7 @@ func (s *server) subscribe(id string, from int) (net.Conn, *bufio.Reader, error)
 		c.Close()
 		return nil, nil, err
 	}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 4<<10), nil)
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 4<<10), nil) //nolint:bodyclose // the body is the connection, which the caller closes
 	if err != nil {
 		c.Close()
 		return nil, nil, err
@@ -488,8 +489,10 @@ func idle(ctx context.Context, s *server, c config, id string, record func(strin
 			return fmt.Errorf("subscriber %d: %w", i, err)
 		}
 		conns[i], readers[i] = conn, r
-		if f, err := nextFrame(r); err != nil || f.Type != producer.FrameOpen {
-			return fmt.Errorf("subscriber %d: no open frame (%v, %v)", i, f.Type, err)
+		if f, err := nextFrame(r); err != nil {
+			return fmt.Errorf("subscriber %d: no open frame: %w", i, err)
+		} else if f.Type != producer.FrameOpen {
+			return fmt.Errorf("subscriber %d: a %s frame where the open frame belongs", i, f.Type)
 		}
 	}
 	runtimeSettle()

@@ -32,7 +32,7 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skip("no Chromium on PATH (apt-get install -y chromium); set RINDLE_REQUIRE_BROWSER=1 to fail instead")
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], //nolint:gocritic // a copy with more flags
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, // root, in a container
 		chromedp.Flag("disable-dev-shm-usage", true),

@@ -32,7 +32,7 @@ const testSecret = "0123456789abcdef0123456789abcdef"
 func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 
 // listening finds the address in rindled's "listening" log line.
-var listening = regexp.MustCompile(`url=(http://\S+)`) //nolint:gochecknoglobals // compiled once
+var listening = regexp.MustCompile(`url=(http://\S+)`)
 
 // slotDrops remembers the databases whose slot a cleanup already drops.
 var slotDrops sync.Map //nolint:gochecknoglobals // test bookkeeping

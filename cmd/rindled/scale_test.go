@@ -408,7 +408,7 @@ func TestScaleOutThreeInstancesOneBroker(t *testing.T) {
 	<-m1.ended
 	got := c.collect(results, 11, "m1", producer.StatusComplete)
 	require.Equal(t, "A", got["cross-B"].host, "Rindle-Host names the producing instance")
-	same, cross := got["same"].latency, append(got["cross-B"].latency, got["cross-C"].latency...)
+	same, cross := got["same"].latency, slices.Concat(got["cross-B"].latency, got["cross-C"].latency)
 	require.NotEmpty(t, same)
 	require.NotEmpty(t, cross)
 	t.Logf("FIGURE push → reader latency, same instance: p50 %v p99 %v (n=%d); cross-instance via NATS: p50 %v p99 %v (n=%d)",

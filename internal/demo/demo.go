@@ -32,13 +32,13 @@ import (
 )
 
 //go:embed index.html
-var page []byte //nolint:gochecknoglobals // go:embed needs a package variable; read-only
+var page []byte
 
 // client is @rindle/client (clients/ts) bundled for the page: `npm run build` there writes it,
 // and CI checks the committed file is what the sources build.
 //
 //go:embed rindle-client.js
-var client []byte //nolint:gochecknoglobals // go:embed needs a package variable; read-only
+var client []byte
 
 // Defaults and bounds of an answer.
 const (

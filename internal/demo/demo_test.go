@@ -37,7 +37,8 @@ func TestAnswerYieldsValidMultilingualPiecesAtItsRate(t *testing.T) {
 	require.Len(t, pieces, 2000)
 	require.True(t, astral, "the answer carries surrogate pairs in UTF-16")
 	again := []string{}
-	for p := range demo.Answer(t.Context(), 7, 2000, 0) {
+	for p, err := range demo.Answer(t.Context(), 7, 2000, 0) {
+		require.NoError(t, err)
 		again = append(again, p)
 	}
 	require.Equal(t, pieces, again, "a seed reproduces the answer")

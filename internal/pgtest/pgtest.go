@@ -175,7 +175,7 @@ type DB struct {
 	Pool *pgxpool.Pool
 }
 
-var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`) //nolint:gochecknoglobals // compiled once, read-only
+var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
 
 // NewDB creates a database cloned from the migrated template, with a pool on it, and drops it
 // when the test ends.

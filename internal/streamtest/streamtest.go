@@ -27,7 +27,7 @@ func Collect(t testing.TB, sub producer.FrameReader) []producer.Frame {
 	var out []producer.Frame
 	for {
 		f, err := sub.Next(ctx)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		require.NoError(t, err, "after %d frames", len(out))
