@@ -186,8 +186,20 @@ type answer struct {
 	id       string
 	mu       sync.Mutex
 	produced string
+	acked    int // deltas the producer's instance answered 200 to
 	pushedAt []time.Time
 	ended    chan struct{}
+}
+
+// after waits until at least n deltas were acknowledged: phases are placed by how far the
+// answer got, not by sleeps, so a slow machine moves the test's steps with the answer.
+func (a *answer) after(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.acked >= n
+	}, 60*time.Second, 5*time.Millisecond, "%s: %d deltas acknowledged", a.id, n)
 }
 
 func (a *answer) text() string {
@@ -218,6 +230,7 @@ func (c *cluster) produce(in *instance, id string, n int, interval time.Duration
 			}
 			a.mu.Lock()
 			a.produced += delta(k)
+			a.acked++
 			a.mu.Unlock()
 		}
 		if closeAtEnd {
@@ -401,8 +414,8 @@ func TestScaleOutThreeInstancesOneBroker(t *testing.T) {
 	c.fromStart(a, m1, "same", results)
 	c.fromStart(b, m1, "cross-B", results)
 	c.fromStart(cc, m1, "cross-C", results)
-	for range 8 {
-		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
+	for i := range 8 {
+		m1.after(t, 30+i*40+rng.IntN(20)) // 8 joins spread over the 400 deltas
 		c.joinSomewhere(rng, []*instance{b, cc}[rng.IntN(2)], m1, results)
 	}
 	<-m1.ended
@@ -418,10 +431,11 @@ func TestScaleOutThreeInstancesOneBroker(t *testing.T) {
 	// 2. kill -9 the producer's instance mid-answer: the sweeper on B or C seals the stream
 	// interrupted once A's lease lapses, and every reader (relayed) ends with the durable text.
 	m2 := c.produce(a, "m2", 1000, 10*time.Millisecond, true)
-	for range 6 {
-		time.Sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond)
+	for i := range 6 {
+		m2.after(t, 20+i*30+rng.IntN(15))
 		c.joinSomewhere(rng, []*instance{b, cc}[rng.IntN(2)], m2, results)
 	}
+	m2.after(t, 250) // well before its 1000th delta
 	a.kill(t)
 	c.collect(results, 6, "m2", producer.StatusInterrupted)
 	c.viewsAgree([]string{"m1", "m2"}, b, cc)
@@ -432,10 +446,11 @@ func TestScaleOutThreeInstancesOneBroker(t *testing.T) {
 	a2 := c.start("A2")
 	c.viewsAgree([]string{"m1", "m2"}, a2)
 	m3 := c.produce(cc, "m3", 400, 10*time.Millisecond, true)
-	for range 4 {
-		time.Sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond)
+	for i := range 4 {
+		m3.after(t, 20+i*30+rng.IntN(15))
 		c.joinSomewhere(rng, []*instance{a2, cc}[rng.IntN(2)], m3, results)
 	}
+	m3.after(t, 150) // mid-answer: 400 deltas
 	require.Equal(t, "B", c.leader())
 	killed := time.Now()
 	b.kill(t)
@@ -454,7 +469,7 @@ func TestScaleOutThreeInstancesOneBroker(t *testing.T) {
 	m4 := c.produce(cc, "m4", 400, 10*time.Millisecond, true)
 	c.fromStart(a2, m4, "broker-restart-A2", results)
 	c.fromStart(cc, m4, "broker-restart-C", results)
-	time.Sleep(1500 * time.Millisecond)
+	m4.after(t, 120) // mid-answer: 400 deltas
 	c.joinSomewhere(rng, a2, m4, results)
 	c.nats.Restart(500 * time.Millisecond)
 	c.joinSomewhere(rng, a2, m4, results)
