@@ -68,6 +68,10 @@ func (d *decoder) feed(wal []byte) (done *Tx, err error) {
 		return nil, d.row(m.RelationID, m.NewTuple, nil, false)
 	case *pglogrepl.DeleteMessage:
 		return nil, d.row(m.RelationID, nil, m.OldTuple, false)
+	case *pglogrepl.LogicalDecodingMessage:
+		if d.tx != nil && m.Transactional && m.Prefix == checkpoint.TraceMessagePrefix {
+			d.tx.Trace = string(m.Content)
+		}
 	case *pglogrepl.TruncateMessage:
 		if d.tx == nil {
 			return nil, errors.New("cdc: truncate outside a transaction")

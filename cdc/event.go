@@ -54,11 +54,17 @@ type Tx struct {
 	EndLSN     pglogrepl.LSN `json:"endLsn"` // what the reader acknowledges once published
 	CommitTime time.Time     `json:"commitTime"`
 	Events     []Event       `json:"events"`
+	// Trace is the W3C trace context a transactional logical-decoding message with prefix
+	// checkpoint.TraceMessagePrefix carried (a seal's: it writes no chunk row).
+	Trace string `json:"trace,omitempty"`
 }
 
-// Traceparent is the trace context of the transaction's first chunk that carries one: the
-// checkpoint that wrote it, whose trace a consumer continues.
+// Traceparent is the trace context of the checkpoint that wrote the transaction, whose trace a
+// consumer continues: the seal's message, else the first chunk that carries one.
 func (t *Tx) Traceparent() string {
+	if t.Trace != "" {
+		return t.Trace
+	}
 	for _, e := range t.Events {
 		if e.Traceparent != "" {
 			return e.Traceparent

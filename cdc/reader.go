@@ -357,10 +357,11 @@ func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	// Start at 0/0: the server resumes from the slot's confirmed position, so everything not
 	// acknowledged is re-sent. proto_version 1 delivers only committed transactions, in
-	// commit order.
+	// commit order. messages (PostgreSQL 14 and later) delivers the logical-decoding message
+	// that carries a seal's trace context, inside its transaction.
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.cfg.Publication + "'"},
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.cfg.Publication + "'", "messages 'true'"},
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError

@@ -372,10 +372,17 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 	if s.hasHost {
 		args = append(args, s.token)
 	}
-	werr := s.db.Batch(ctx,
-		Statement{SQL: s.sqlOf.compactBody, Args: args},
-		Statement{SQL: s.sqlOf.deleteChunks, Args: []any{in.StreamID, string(in.Status), int64(n)}},
-	)
+	stmts := []Statement{
+		{SQL: s.sqlOf.compactBody, Args: args},
+		{SQL: s.sqlOf.deleteChunks, Args: []any{in.StreamID, string(in.Status), int64(n)}},
+	}
+	// The seal writes no chunk row to carry its trace context, so (where the mapping carries
+	// trace context at all) it travels as a transactional logical-decoding message, which the
+	// CDC reader reads in the same transaction: the view's apply of the seal joins its trace.
+	if tp := traceparent(ctx); tp != nil && s.t.Columns.ChunkTraceparent != "" {
+		stmts = append(stmts, Statement{SQL: "SELECT pg_logical_emit_message(true, $1::text, $2::text)", Args: []any{TraceMessagePrefix, *tp}})
+	}
+	werr := s.db.Batch(ctx, stmts...)
 	r, err := s.row(ctx, in.StreamID, false)
 	switch {
 	case err != nil && werr != nil:
@@ -391,6 +398,10 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 	}
 	return r.fence(in.StreamID)
 }
+
+// TraceMessagePrefix is the prefix of the logical-decoding message that carries a seal's W3C
+// traceparent (cdc reads it into Tx.Trace).
+const TraceMessagePrefix = "rindle.traceparent"
 
 // traceparent formats the W3C traceparent of ctx's span, or NULL without one.
 func traceparent(ctx context.Context) *string {

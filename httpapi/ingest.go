@@ -129,7 +129,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 		valid := validPrefix(chunk[:cut])
 		if valid > 0 {
 			text := string(chunk[:valid])
-			took, err := push(st, at, text)
+			took, err := push(r.Context(), st, at, text)
 			if errors.Is(err, producer.ErrCancelled) {
 				answer(AppendResult{StreamState: stateOf(st), Applied: applied})
 				return

@@ -138,7 +138,7 @@ func (s *Server) registerProducerRoutes() {
 			if err != nil {
 				return nil, err
 			}
-			applied, err := push(st, in.Body.ExpectedSeq, in.Body.Text.s)
+			applied, err := push(ctx, st, in.Body.ExpectedSeq, in.Body.Text.s)
 			if err != nil {
 				return nil, s.producerError(in.ID, "the text could not be pushed", err)
 			}
@@ -178,6 +178,7 @@ func (s *Server) registerProducerRoutes() {
 			if err != nil {
 				return nil, err
 			}
+			st.Cause(ctx) // the seal's span links to this request
 			if in.Body != nil && in.Body.Error != "" {
 				err = st.Fail(ctx, errors.New(in.Body.Error))
 			} else {
@@ -190,15 +191,18 @@ func (s *Server) registerProducerRoutes() {
 		})
 }
 
-// push is append's and ingest's push: idempotent with an expected offset.
-func push(st *producer.LiveStream, at *producer.Seq, text string) (producer.Seq, error) {
+// push is append's and ingest's push: idempotent with an expected offset. The request that
+// pushed new text is a cause of the checkpoint that makes it durable (its span links to it).
+func push(ctx context.Context, st *producer.LiveStream, at *producer.Seq, text string) (took producer.Seq, err error) {
 	if at != nil {
-		return st.PushAt(*at, text)
+		took, err = st.PushAt(*at, text)
+	} else if err = st.Push(text); err == nil {
+		took = producer.Len16(text)
 	}
-	if err := st.Push(text); err != nil {
-		return 0, err
+	if took > 0 {
+		st.Cause(ctx)
 	}
-	return producer.Len16(text), nil
+	return took, err
 }
 
 // hosted finds a stream open on this instance. For producers existence is not a secret: 404.

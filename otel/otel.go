@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -228,7 +229,7 @@ func (i *Instruments) CommitContext(ctx context.Context, info producer.Checkpoin
 	if info.Seal {
 		kind = "seal"
 	}
-	ctx, span := i.tracer.Start(ctx, "rindle.checkpoint", trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+	ctx, span := i.tracer.Start(ctx, "rindle.checkpoint", trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(causeLinks(info.Causes)...), trace.WithAttributes(
 		attribute.String("rindle.stream_id", info.StreamID),
 		attribute.Int64("rindle.from", int64(info.From)),
 		attribute.Int64("rindle.seq", int64(info.Seq)),
@@ -242,6 +243,21 @@ func (i *Instruments) CommitContext(ctx context.Context, info producer.Checkpoin
 		}
 		span.End()
 	}
+}
+
+// causeLinks links a checkpoint's span to the spans of the requests whose text it commits (the
+// HTTP append, ingest or close that called LiveStream.Cause), once per span.
+func causeLinks(causes []context.Context) []trace.Link {
+	var links []trace.Link
+	seen := map[trace.SpanID]bool{}
+	for _, c := range causes {
+		sc := trace.SpanContextFromContext(c)
+		if sc.IsValid() && !seen[sc.SpanID()] {
+			seen[sc.SpanID()] = true
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return links
 }
 
 // ObserveCheckpoint records a confirmed checkpoint's lag, size and duration. Use it as
@@ -285,18 +301,69 @@ func (i *Instruments) ObserveApply(lag time.Duration, traceparent string) {
 }
 
 // ObserveSlotLag registers a gauge of the replication slot's retained WAL, read by f at each
-// collection (cdc.Reader.SlotLag).
+// collection (cdc.Reader.SlotLag), and of the age of that reading. While f fails (the database
+// is away) the lag series keeps its last value instead of vanishing, and the age grows: a
+// dashboard sees the slot's lag go stale rather than go missing.
 func (i *Instruments) ObserveSlotLag(f func(context.Context) (int64, error)) error {
-	_, err := i.meter.Int64ObservableGauge("rindle.cdc.slot_lag", metric.WithUnit("By"),
-		metric.WithDescription("WAL bytes the replication slot holds back."),
-		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
-			lag, err := f(ctx)
-			if err != nil {
-				return err
-			}
-			o.Observe(lag)
-			return nil
-		}))
+	var (
+		mu     sync.Mutex
+		last   int64
+		readAt time.Time
+		ok     bool
+	)
+	lag, err := i.meter.Int64ObservableGauge("rindle.cdc.slot_lag", metric.WithUnit("By"),
+		metric.WithDescription("WAL bytes the replication slot holds back (the last successful reading)."))
+	if err != nil {
+		return err
+	}
+	age, err := i.meter.Float64ObservableGauge("rindle.cdc.slot_lag.age", metric.WithUnit("s"),
+		metric.WithDescription("Time since rindle.cdc.slot_lag was last read successfully; it grows while the database is away."))
+	if err != nil {
+		return err
+	}
+	_, err = i.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		v, err := f(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			last, readAt, ok = v, time.Now(), true
+		}
+		if !ok {
+			return err // never read: there is no value to keep
+		}
+		o.ObserveInt64(lag, last)
+		o.ObserveFloat64(age, time.Since(readAt).Seconds())
+		return nil
+	}, lag, age)
+	return err
+}
+
+// ObserveDurability registers the gauges of what this instance holds that the store has not
+// confirmed (producer.Plane.Durability): characters, streams, and the age of the oldest
+// character. They rise during a durability stall, before any checkpoint gives up.
+func (i *Instruments) ObserveDurability(f func() producer.DurabilityStats) error {
+	chars, err := i.meter.Int64ObservableGauge("rindle.durability.outstanding", metric.WithUnit("{char}"),
+		metric.WithDescription("UTF-16 code units produced on this instance and not yet confirmed durable."))
+	if err != nil {
+		return err
+	}
+	streams, err := i.meter.Int64ObservableGauge("rindle.durability.outstanding_streams", metric.WithUnit("{stream}"),
+		metric.WithDescription("Live streams on this instance holding text not yet confirmed durable."))
+	if err != nil {
+		return err
+	}
+	age, err := i.meter.Float64ObservableGauge("rindle.durability.outstanding_age", metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest character not yet confirmed durable has waited since its push."))
+	if err != nil {
+		return err
+	}
+	_, err = i.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := f()
+		o.ObserveInt64(chars, int64(st.Chars))
+		o.ObserveInt64(streams, int64(st.Streams))
+		o.ObserveFloat64(age, st.Oldest.Seconds())
+		return nil
+	}, chars, streams, age)
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,4 +216,42 @@ func TestSetupRefusesANegativeIntervalByField(t *testing.T) {
 	_, _, err := rotel.Setup(t.Context(), rotel.Config{MetricInterval: -time.Second})
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "MetricInterval", ce.Field)
+}
+
+// Issue 13, item 9: the slot-lag series outlives a database outage (last value, growing age),
+// and the outstanding durability is a gauge in characters, streams and age.
+func TestSlotLagSurvivesAnOutageAndDurabilityIsGauged(t *testing.T) {
+	tel, _, reader := setup(t, rotel.Config{})
+	inst := tel.Instruments
+	var down atomic.Bool
+	require.NoError(t, inst.ObserveSlotLag(func(context.Context) (int64, error) {
+		if down.Load() {
+			return 0, errors.New("database unreachable")
+		}
+		return 8192, nil
+	}))
+	stats := producer.DurabilityStats{Streams: 2, Chars: 640, Oldest: 1500 * time.Millisecond}
+	require.NoError(t, inst.ObserveDurability(func() producer.DurabilityStats { return stats }))
+
+	ms := metricsByName(t, reader)
+	require.Equal(t, int64(8192), ms["rindle.cdc.slot_lag"].Data.(metricdata.Gauge[int64]).DataPoints[0].Value)
+	fresh := ms["rindle.cdc.slot_lag.age"].Data.(metricdata.Gauge[float64]).DataPoints[0].Value
+	require.Less(t, fresh, 1.0)
+	require.Equal(t, int64(640), ms["rindle.durability.outstanding"].Data.(metricdata.Gauge[int64]).DataPoints[0].Value)
+	require.Equal(t, int64(2), ms["rindle.durability.outstanding_streams"].Data.(metricdata.Gauge[int64]).DataPoints[0].Value)
+	require.InDelta(t, 1.5, ms["rindle.durability.outstanding_age"].Data.(metricdata.Gauge[float64]).DataPoints[0].Value, 1e-9)
+
+	down.Store(true)
+	time.Sleep(20 * time.Millisecond) // the age is wall-clock: let it visibly grow
+	ms = metricsByName(t, reader)
+	require.Contains(t, ms, "rindle.cdc.slot_lag", "the series does not vanish while the database is away")
+	require.Equal(t, int64(8192), ms["rindle.cdc.slot_lag"].Data.(metricdata.Gauge[int64]).DataPoints[0].Value)
+	require.Greater(t, ms["rindle.cdc.slot_lag.age"].Data.(metricdata.Gauge[float64]).DataPoints[0].Value, fresh)
+
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, name := range []string{"rindle_durability_outstanding{", "rindle_durability_outstanding_streams{",
+		"rindle_durability_outstanding_age_seconds{", "rindle_cdc_slot_lag_bytes{", "rindle_cdc_slot_lag_age_seconds{"} {
+		require.Contains(t, rec.Body.String(), "\n"+name)
+	}
 }

@@ -58,6 +58,10 @@ type CheckpointInfo struct {
 	Lag time.Duration
 	// Seal is true for the closing compaction.
 	Seal bool
+	// Causes are the contexts LiveStream.Cause recorded for the text (or seal) this checkpoint
+	// commits, at most MaxCauses: CommitContextFunc may link its span to theirs. Set only on
+	// the info CommitContextFunc receives.
+	Causes []context.Context
 }
 
 // RelayPhase says where a relay failure happened.
@@ -147,7 +151,8 @@ type Config struct {
 	CommitContextFunc func(ctx context.Context, info CheckpointInfo) (context.Context, func(err error))
 
 	// OnStreamFunc, if set, hears a stream join this plane (+1, a successful Open) and leave it
-	// (-1: evicted after its linger, or torn down by Close): a live-streams gauge. It runs with
+	// (-1: it ended, sealed or fenced, or the plane's Close tore it down): a live-streams gauge.
+	// A sealed stream lingering for late joins is not counted. It runs with
 	// plane state locked and must not block or call back into the plane.
 	OnStreamFunc func(delta int)
 

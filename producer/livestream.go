@@ -59,8 +59,16 @@ type LiveStream struct {
 	tickGen  uint64
 	linger   Timer
 
-	// Durability lag bookkeeping: the push time of the oldest character not yet in a commit.
-	pendingAt time.Time
+	// Durability lag bookkeeping: the push time of the oldest character not yet in a commit,
+	// and of the oldest one not yet durable (in a commit in flight, or not yet in one).
+	pendingAt   time.Time
+	undurableAt time.Time
+
+	// causes are the contexts of the requests whose text the next commit carries (Cause).
+	causes []context.Context
+
+	// counted: the plane's live-streams count includes this stream (from its open to its end).
+	counted atomic.Bool
 }
 
 type sealRequest struct {
@@ -203,6 +211,28 @@ func (s *LiveStream) PushAt(at Seq, text string) (Seq, error) {
 	return s.seq - before, nil
 }
 
+// MaxCauses bounds the causes one checkpoint carries; later ones are not kept.
+const MaxCauses = 8
+
+// Cause records ctx as a cause of the next checkpoint: the request that pushed text (or asked
+// for the seal). The checkpoint's CommitContextFunc gets them in CheckpointInfo.Causes, so a
+// tracer can link the commit's span to the requests it made durable. At most MaxCauses are kept
+// per checkpoint; the plane only holds them, it never reads them.
+func (s *LiveStream) Cause(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended && len(s.causes) < MaxCauses {
+		s.causes = append(s.causes, ctx)
+	}
+}
+
+// takeCausesLocked hands the recorded causes to a commit.
+func (s *LiveStream) takeCausesLocked() []context.Context {
+	c := s.causes
+	s.causes = nil
+	return c
+}
+
 // Refusal is why the stream takes no more text (what Push would return), or nil while it does.
 func (s *LiveStream) Refusal() error {
 	s.mu.Lock()
@@ -232,6 +262,9 @@ func (s *LiveStream) pushLocked(text string) {
 	s.seq += s.buf.append(text)
 	if s.pendingAt.IsZero() {
 		s.pendingAt = s.p.cfg.Clock.Now()
+	}
+	if s.undurableAt.IsZero() {
+		s.undurableAt = s.pendingAt
 	}
 	s.fanoutLocked(Frame{Type: FrameChunk, From: from, Seq: s.seq, Text: text})
 	if s.seq-s.durableSeq >= Seq(s.p.cfg.CheckpointChars) {
@@ -470,11 +503,12 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 	inflightAt := s.pendingAt
 	s.pendingAt = time.Time{}
 	in := AppendInput{StreamID: s.id, From: from, Seq: to, Text: text}
+	causes := s.takeCausesLocked()
 
 	s.mu.Unlock()
 	start := s.p.cfg.Clock.Now()
 	var res AppendResult
-	commitCtx, settled := s.p.commitContext(CheckpointInfo{StreamID: s.id, From: from, Seq: to})
+	commitCtx, settled := s.p.commitContext(CheckpointInfo{StreamID: s.id, From: from, Seq: to, Causes: causes})
 	err := s.p.retry(commitCtx, func(ctx context.Context) error {
 		var err error
 		res, err = s.p.cfg.Committer.Append(ctx, in)
@@ -540,6 +574,8 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 		if !inflightAt.IsZero() && (s.pendingAt.IsZero() || inflightAt.Before(s.pendingAt)) {
 			s.pendingAt = inflightAt
 		}
+		// The text goes again with the next round, and so do its causes.
+		s.causes = append(causes, s.causes...)[:min(len(causes)+len(s.causes), MaxCauses)]
 		s.rejectWaitersLocked(to, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: to, Err: err})
 		s.mu.Unlock()
 		s.p.reportCheckpointError(err, info)
@@ -561,6 +597,7 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 // trim, waiters.
 func (s *LiveStream) advanceDurableLocked(seq Seq) {
 	s.durableSeq = seq
+	s.settleUndurableLocked()
 	s.fanoutLocked(Frame{Type: FrameDurable, Seq: seq})
 	if floor := s.durableSeq - s.p.cfg.RetainChars; floor > s.buf.from {
 		s.buf.trimTo(floor)
@@ -581,9 +618,10 @@ func (s *LiveStream) commitSealLocked() {
 		Error:    seal.err,
 	}
 	pendingAt := s.pendingAt
+	causes := s.takeCausesLocked()
 	s.mu.Unlock()
 	start := s.p.cfg.Clock.Now()
-	commitCtx, settled := s.p.commitContext(CheckpointInfo{StreamID: s.id, From: from, Seq: in.Seq, Seal: true})
+	commitCtx, settled := s.p.commitContext(CheckpointInfo{StreamID: s.id, From: from, Seq: in.Seq, Seal: true, Causes: causes})
 	err := s.p.retry(commitCtx, func(ctx context.Context) error { return s.p.cfg.Committer.Close(ctx, in) })
 	settled(err)
 	now := s.p.cfg.Clock.Now()
@@ -655,10 +693,32 @@ func (s *LiveStream) fenceLocked(fe *FencedError) {
 	s.endLocked(end, fe)
 }
 
+// settleUndurableLocked moves the oldest-undurable mark after durable progress: none when all
+// is durable, else the push time of the oldest character not in the commit that just landed
+// (commits are serialized, so what remains was pushed after it began).
+func (s *LiveStream) settleUndurableLocked() {
+	switch {
+	case s.durableSeq >= s.seq:
+		s.undurableAt = time.Time{}
+	case !s.pendingAt.IsZero():
+		s.undurableAt = s.pendingAt
+	}
+}
+
+// uncount takes the stream out of the plane's live count, once.
+func (s *LiveStream) uncount() {
+	if s.counted.CompareAndSwap(true, false) {
+		s.p.streamDelta(-1)
+	}
+}
+
 // endLocked is the one place a stream ends: the terminal frame to every reader (and the relay),
 // the outcome to every Close and Flush, and the linger before eviction.
 func (s *LiveStream) endLocked(end Frame, err error) {
 	s.ended = true
+	s.settleUndurableLocked()
+	// A sealed stream lingers for late joins, but it is no longer live.
+	s.uncount()
 	s.sealErr = err
 	s.endFrame = end
 	s.disarmLocked()

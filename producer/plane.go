@@ -121,6 +121,7 @@ func (p *Plane) Open(ctx context.Context, in OpenStreamInput) (*LiveStream, erro
 	}
 	delete(p.opens, in.StreamID)
 	p.mu.Unlock()
+	s.counted.Store(true)
 	p.streamDelta(1)
 	// Beyond the seed: the relay hears the open too, so a reader on another instance who joins
 	// before the first delta finds the stream live there instead of absent.
@@ -409,7 +410,7 @@ func (p *Plane) Close() {
 	p.cancel(errPlaneClosed)
 	for _, s := range streams {
 		s.detach()
-		p.streamDelta(-1)
+		s.uncount()
 	}
 	for sub := range relayed {
 		sub.close()
@@ -427,8 +428,44 @@ func (p *Plane) retire(s *LiveStream) {
 	p.mu.Unlock()
 	s.detach()
 	if ours {
-		p.streamDelta(-1)
+		s.uncount()
 	}
+}
+
+// DurabilityStats is what a plane holds that its store has not confirmed.
+type DurabilityStats struct {
+	// Streams is how many hosted streams hold text above their durable offset.
+	Streams int
+	// Chars is the sum of that text, in UTF-16 code units.
+	Chars Seq
+	// Oldest is how long the oldest of those characters has waited since its push.
+	Oldest time.Duration
+}
+
+// Durability reports the text this plane's streams hold above their durable offsets: how much,
+// and how old the oldest character is. While the store is away both grow, so a stall shows
+// before any checkpoint gives up. It visits every hosted stream; call it at a scrape's pace.
+func (p *Plane) Durability() DurabilityStats {
+	p.mu.Lock()
+	streams := make([]*LiveStream, 0, len(p.live))
+	for _, s := range p.live {
+		streams = append(streams, s)
+	}
+	p.mu.Unlock()
+	now := p.cfg.Clock.Now()
+	var st DurabilityStats
+	for _, s := range streams {
+		s.mu.Lock()
+		if n := s.seq - s.durableSeq; n > 0 && !s.detached {
+			st.Streams++
+			st.Chars += n
+			if !s.undurableAt.IsZero() {
+				st.Oldest = max(st.Oldest, now.Sub(s.undurableAt))
+			}
+		}
+		s.mu.Unlock()
+	}
+	return st
 }
 
 // retry runs one commit step with the checkpoint retry policy: each attempt bounded by

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -479,4 +480,55 @@ func TestCheckpointSpreadNeverDelays(t *testing.T) {
 	var ce *producer.ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "CheckpointSpread", ce.Field)
+}
+
+// Issue 13, item 9: a durability stall is visible while it lasts, in characters and in age, and
+// a sealed stream lingering for late joins no longer counts as live.
+func TestDurabilityShowsAStallWhileItLasts(t *testing.T) {
+	t.Parallel()
+	var live atomic.Int64
+	w := newWorld(t, func(c *producer.Config) {
+		c.CheckpointChars = 1 << 20 // commits only on flush
+		c.CheckpointRetries = producer.NoRetries
+		c.OnStreamFunc = func(d int) { live.Add(int64(d)) }
+	})
+	s := w.open(t, "m")
+	require.Equal(t, int64(1), live.Load())
+	require.Equal(t, producer.DurabilityStats{}, w.plane.Durability())
+
+	require.NoError(t, s.Push("abc😀"))
+	w.clock.Advance(2 * time.Second)
+	require.Equal(t, producer.DurabilityStats{Streams: 1, Chars: 5, Oldest: 2 * time.Second}, w.plane.Durability())
+
+	// The store is away: the flush fails, and the text stays outstanding and ages.
+	w.store.mu.Lock()
+	w.store.failFunc = func(producer.CommitInput) error { return errors.New("store away") }
+	w.store.mu.Unlock()
+	_, err := s.Flush(t.Context())
+	require.ErrorIs(t, err, producer.ErrNotDurable)
+	require.NoError(t, s.Push("de"))
+	w.clock.Advance(3 * time.Second)
+	require.Equal(t, producer.DurabilityStats{Streams: 1, Chars: 7, Oldest: 5 * time.Second}, w.plane.Durability())
+
+	// It comes back: everything is durable and nothing is outstanding.
+	w.store.mu.Lock()
+	w.store.failFunc = nil
+	w.store.mu.Unlock()
+	_, err = s.Flush(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, producer.DurabilityStats{}, w.plane.Durability())
+
+	// Text pushed after a commit began is aged from its own push.
+	require.NoError(t, s.Push("f"))
+	w.clock.Advance(time.Second)
+	require.Equal(t, producer.DurabilityStats{Streams: 1, Chars: 1, Oldest: time.Second}, w.plane.Durability())
+
+	require.NoError(t, s.Close(t.Context()))
+	require.Equal(t, int64(0), live.Load(), "sealed: lingering, not live")
+	_, still := w.plane.Stream("m")
+	require.True(t, still, "it still lingers for late joins")
+	require.Equal(t, producer.DurabilityStats{}, w.plane.Durability())
+	w.clock.Advance(producer.DefaultLinger + time.Second)
+	require.Eventually(t, func() bool { _, ok := w.plane.Stream("m"); return !ok }, 5*time.Second, time.Millisecond)
+	require.Equal(t, int64(0), live.Load(), "eviction does not count it out twice")
 }

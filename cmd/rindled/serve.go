@@ -191,6 +191,9 @@ func (in *server) startLive(ctx context.Context) error {
 		return err
 	}
 	in.onStop(in.plane.Close)
+	if err := tel.Instruments.ObserveDurability(in.plane.Durability); err != nil {
+		return err
+	}
 	// The lease fences this host before its TTL can lapse: its streams refuse pushes until a
 	// renewal proves the lease again and the store confirms each stream is still this host's.
 	plane := in.plane
