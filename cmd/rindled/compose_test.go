@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +39,7 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 
 	names := p.ServiceNames()
 	slices.Sort(names)
-	require.Equal(t, []string{"jaeger", "otel-collector", "postgres", "rindled", "secret"}, names)
+	require.Equal(t, []string{"jaeger", "otel-collector", "postgres", "prometheus", "rindled", "secret"}, names)
 	pg, rd, col, jg := p.Services["postgres"], p.Services["rindled"], p.Services["otel-collector"], p.Services["jaeger"]
 
 	require.Contains(t, []string(pg.Command), "wal_level=logical", "the CDC reader needs logical replication")
@@ -96,6 +97,7 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 			} `yaml:"otlp"`
 		}
 		Exporters  map[string]struct{ Endpoint string }
+		Processors map[string]any
 		Extensions struct {
 			HealthCheck struct{ Endpoint string } `yaml:"health_check"`
 		}
@@ -113,34 +115,61 @@ func TestComposeFileMatchesTheBinary(t *testing.T) {
 	require.Equal(t, types.ServiceConditionHealthy, col.DependsOn["jaeger"].Condition)
 	require.Equal(t, types.ServiceConditionHealthy, rd.DependsOn["otel-collector"].Condition)
 
+	// Metrics: rindled → collector (OTLP/HTTP) → its Prometheus exporter ← the prometheus
+	// service scrapes it (not a debug exporter that only logs them).
+	require.Equal(t, []string{"prometheus"}, colCfg.Service.Pipelines["metrics"].Exporters)
+	promRaw, err := os.ReadFile("../../deploy/prometheus.yml")
+	require.NoError(t, err)
+	var promCfg struct {
+		ScrapeConfigs []struct {
+			StaticConfigs []struct{ Targets []string } `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	require.NoError(t, yaml.Unmarshal(promRaw, &promCfg))
+	_, exporterPort, _ := strings.Cut(colCfg.Exporters["prometheus"].Endpoint, ":")
+	require.Equal(t, []string{"otel-collector:" + exporterPort}, promCfg.ScrapeConfigs[0].StaticConfigs[0].Targets)
+	prom := p.Services["prometheus"]
+	require.Equal(t, "/etc/prometheus/prometheus.yml", prom.Volumes[0].Target)
+	require.Equal(t, types.ServiceConditionHealthy, prom.DependsOn["otel-collector"].Condition)
+
 	// Every service has a health check, and the collector's (its image has no shell) runs the
-	// rindled binary its Dockerfile adds, against the health_check extension's port.
+	// static busybox its Dockerfile adds, against the health_check extension's port.
 	for _, name := range names {
 		if name == "secret" {
 			continue // one-shot: its dependants wait for it to complete
 		}
 		require.NotNil(t, p.Services[name].HealthCheck, "%s has no health check", name)
 	}
-	// Every image is pinned to a release, not a floating major tag.
+	// Every image is pinned to a release, not a floating major tag, in the compose file and in
+	// both Dockerfiles (scratch has nothing to float).
+	pinned := regexp.MustCompile(`^[a-z0-9./_-]+:v?\d+\.\d+(\.\d+)?(-[a-z0-9]+)?$`)
 	for _, name := range names {
 		if img := p.Services[name].Image; img != "" {
-			_, tag, _ := strings.Cut(img, ":")
-			require.Regexp(t, `^\d+\.\d+`, tag, "%s: image %s floats on a major tag", name, img)
+			require.Regexp(t, pinned, img, "%s: image %s floats", name, img)
 		}
 	}
+	from := regexp.MustCompile(`(?m)^FROM (\S+)`)
 	for _, f := range []string{"../../Dockerfile", "../../deploy/collector.Dockerfile"} {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
-		require.Regexp(t, `FROM golang:\d+\.\d+\.\d+ AS build`, string(b), f)
+		for _, m := range from.FindAllStringSubmatch(string(b), -1) {
+			if m[1] != "scratch" {
+				require.Regexp(t, pinned, m[1], "%s: FROM %s floats", f, m[1])
+			}
+		}
 	}
+	dockerfileText := string(dockerfile)
+	require.Contains(t, dockerfileText, "FROM scratch")
+	require.Contains(t, dockerfileText, "USER 65532:65532", "non-root, as the secret's file mode assumes")
 	require.Equal(t, "deploy/collector.Dockerfile", col.Build.Dockerfile)
 	colDockerfile, err := os.ReadFile("../../deploy/collector.Dockerfile")
 	require.NoError(t, err)
-	require.Contains(t, string(colDockerfile), "COPY --from=build /out/rindled /rindled")
-	require.Contains(t, string(colDockerfile), "FROM otel/opentelemetry-collector-contrib:")
+	require.NotContains(t, string(colDockerfile), "go build", "the collector image compiles nothing")
+	require.Contains(t, string(colDockerfile), "COPY --from=probe /bin/busybox /busybox")
+	require.Contains(t, string(colDockerfile), "FROM busybox:1.37.0-musl AS probe", "busybox's musl build is static: it runs FROM scratch")
 	probe := []string(col.HealthCheck.Test)
-	require.Equal(t, []string{"CMD", "/rindled", "health", "-url"}, probe[:4])
-	probeURL, err := url.Parse(probe[4])
+	require.Equal(t, []string{"CMD", "/busybox", "wget", "-q", "-O", "/dev/null"}, probe[:6])
+	probeURL, err := url.Parse(probe[6])
 	require.NoError(t, err)
 	require.True(t, strings.HasSuffix(colCfg.Extensions.HealthCheck.Endpoint, ":"+probeURL.Port()), "the probe hits the health_check extension")
 	require.Contains(t, colCfg.Service.Extensions, "health_check")
@@ -160,7 +189,7 @@ func TestComposeScaleProfile(t *testing.T) {
 	require.NoError(t, err)
 	names := p.ServiceNames()
 	slices.Sort(names)
-	require.Equal(t, []string{"jaeger", "nats", "otel-collector", "postgres", "proxy", "rindled", "rindled-1", "rindled-2", "rindled-3", "secret"}, names)
+	require.Equal(t, []string{"jaeger", "nats", "otel-collector", "postgres", "prometheus", "proxy", "rindled", "rindled-1", "rindled-2", "rindled-3", "secret"}, names)
 	for _, name := range []string{"rindled-1", "rindled-2", "rindled-3"} {
 		checkSecretWiring(t, p, name)
 	}
