@@ -219,7 +219,9 @@ func openNATS(ctx context.Context, cfg Config, wlog watermill.LoggerAdapter) (*B
 		subConn.Close()
 		return fail(err)
 	}
-	sub := &orderedSubscriber{js: subJS, nc: subConn, logger: cfg.Logger, nackDelay: 100 * time.Millisecond, closing: make(chan struct{})}
+	sub := &orderedSubscriber{js: subJS, nc: subConn, logger: cfg.Logger, nackDelay: 100 * time.Millisecond,
+		start: jetstream.DeliverNewPolicy, closing: make(chan struct{}),
+		stream: func(topic string) jetstream.StreamConfig { return cdcStream(topic, cfg.Retention) }}
 	b.closers = append(b.closers, sub.Close)
 	b.Subscriber = sub
 

@@ -21,7 +21,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// nats.go keeps a package-level timer pool goroutine; the server's are ours to stop.
 		goleak.IgnoreTopFunction("github.com/nats-io/nats.go.(*Conn).doReconnect"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		// watermill's suite fans several subscribers into one channel it stops reading
+		// (internal/subscriber.multiplier); its forwarding goroutines stay blocked there.
+		goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill/internal/subscriber.(*multiplier).Subscribe.func2"),
+		goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill/internal/subscriber.(*multiplier).Subscribe.func3"))
 }
 
 func open(t testing.TB, url, name string) *broker.Broker {

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -28,13 +29,33 @@ type orderedSubscriber struct {
 	nc        *nats.Conn
 	logger    *slog.Logger
 	nackDelay time.Duration
+	// start is where a new subscription starts: DeliverNewPolicy in production (the view
+	// subscribes, then reads its snapshot); watermill's conformance suite, which publishes
+	// before it subscribes, runs the same code from DeliverAllPolicy.
+	start jetstream.DeliverPolicy
+	// stream is the JetStream stream a topic is provisioned as (SubscribeInitialize).
+	stream func(topic string) jetstream.StreamConfig
 
 	closing   chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
 
-var _ message.Subscriber = (*orderedSubscriber)(nil)
+var (
+	_ message.Subscriber          = (*orderedSubscriber)(nil)
+	_ message.SubscribeInitializer = (*orderedSubscriber)(nil)
+)
+
+// SubscribeInitialize provisions topic's JetStream stream, so a subscription (or a publish)
+// can precede the first publisher. The broker's publisher provisions the CDC topic too.
+func (s *orderedSubscriber) SubscribeInitialize(topic string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultConnectTimeout)
+	defer cancel()
+	if _, err := s.js.CreateOrUpdateStream(ctx, s.stream(topic)); err != nil {
+		return fmt.Errorf("broker: provision the stream of %s: %w", topic, err)
+	}
+	return nil
+}
 
 // Subscribe creates the ordered consumer before it returns, so what is published afterwards
 // reaches this subscription (the view's bootstrap depends on it).
@@ -44,7 +65,7 @@ func (s *orderedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan
 		return nil, errors.New("broker: subscriber closed")
 	default:
 	}
-	c, err := s.js.OrderedConsumer(ctx, topic, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+	c, err := s.js.OrderedConsumer(ctx, topic, jetstream.OrderedConsumerConfig{DeliverPolicy: s.start})
 	if err != nil {
 		return nil, err
 	}
@@ -101,20 +122,27 @@ func (s *orderedSubscriber) deliver(ctx context.Context, out chan<- *message.Mes
 			// Not ours to judge: the view's poison handling sees the bad payload.
 			m = message.NewMessage("", raw.Data())
 		}
-		m.SetContext(ctx)
+		// Each delivery has its own context, ended once it is acked or nacked (or the
+		// subscription ends), as watermill's subscribers do: work tied to it stops with it.
+		mctx, done := context.WithCancel(ctx)
+		m.SetContext(mctx)
 		select {
 		case out <- m:
 		case <-ctx.Done():
+			done()
 			return false
 		}
 		select {
 		case <-m.Acked():
+			done()
 			return true
 		case <-m.Nacked():
+			done()
 			if !sleep(ctx, s.nackDelay) {
 				return false
 			}
 		case <-ctx.Done():
+			done()
 			return false
 		}
 	}
