@@ -42,7 +42,7 @@ type orderedSubscriber struct {
 }
 
 var (
-	_ message.Subscriber          = (*orderedSubscriber)(nil)
+	_ message.Subscriber           = (*orderedSubscriber)(nil)
 	_ message.SubscribeInitializer = (*orderedSubscriber)(nil)
 )
 
