@@ -15,6 +15,7 @@ import (
 	"github.com/rindle-sh/rindle-go/broker"
 	"github.com/rindle-sh/rindle-go/internal/natstest"
 	"github.com/rindle-sh/rindle-go/producer"
+	"github.com/rindle-sh/rindle-go/producer/relaytest"
 )
 
 func TestMain(m *testing.M) {
@@ -248,4 +249,10 @@ func TestOpenRefusesANegativeRetentionByField(t *testing.T) {
 	_, err := broker.Open(t.Context(), broker.Config{Retention: -time.Second})
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "Retention", ce.Field)
+}
+
+// The NATS relay passes the relay seam's conformance suite, on one real server.
+func TestRelayPassesTheRelaySuite(t *testing.T) {
+	srv := natstest.Start(t)
+	relaytest.Run(t, func(t *testing.T) *producer.Relay { return open(t, srv.URL(), "relay-suite").Relay })
 }
