@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -16,13 +17,16 @@ import (
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
+	"github.com/rindle-sh/rindle-go/producer/relaytest"
 )
 
-// TestRandomSchedules drives random interleavings of push, tick, flush, subscribe, read,
-// reader close, injected store faults, reader cancel, seal, and the lease's life (lost, held
-// again, and another host's sweeper sealing the row while it was lost) against real Postgres.
-// After every step it checks P on the store and honesty of the plane; at quiescence it checks
-// every reader's frames, S, and that every end frame says what the row holds.
+// TestRandomSchedules drives random interleavings of push, tick, flush, subscribe (here, or on
+// another plane through a hostile relay that drops, duplicates, reorders and truncates its
+// frames), read, reader close, injected store faults and store latency, reader cancel, the
+// three seals (close, fail, drain), and the lease's life (lost, held again, and another host's
+// sweeper sealing the row while it was lost) against real Postgres. After every step it checks
+// P on the store and honesty of the plane; at quiescence it checks every reader's frames, S,
+// and that every end frame says what the row holds.
 func TestRandomSchedules(t *testing.T) {
 	t.Parallel()
 	runs := 200
@@ -30,12 +34,13 @@ func TestRandomSchedules(t *testing.T) {
 		runs = 40
 	}
 	b := setup(t)
-	var st scheduleStats
+	st := scheduleStats{seals: map[string]int{}}
 	for run := range runs {
 		runSchedule(t, b, uint64(run), &st)
 	}
 	t.Logf("%d runs, %d steps: %d readers ended, %d dropped stale; %d seals failed; %d flushes failed; %d checkpoint failures; %d streams fenced; %d pushes refused while suspended",
 		runs, st.steps, st.ends, st.stales, st.failedSeals, st.failedFlushes, st.checkpointFailures.Load(), st.fenced, st.suspendedPushes)
+	t.Logf("relayed readers: %d ended, %d stale, %d relay perturbations; seals: %v", st.relayedEnds, st.relayedStales, st.perturbed, st.seals)
 	// The schedules must actually reach the interesting cases, or they prove little.
 	require.Positive(t, st.stales)
 	require.Positive(t, st.failedSeals)
@@ -43,20 +48,30 @@ func TestRandomSchedules(t *testing.T) {
 	require.Positive(t, st.ends)
 	require.Positive(t, st.fenced)
 	require.Positive(t, st.suspendedPushes)
+	require.Positive(t, st.relayedEnds, "a relayed reader reached the end")
+	require.Positive(t, st.relayedStales, "a perturbation turned a relayed reader stale")
+	require.Positive(t, st.perturbed)
+	for _, k := range []string{"close", "fail", "drain"} {
+		require.Positive(t, st.seals[k], "no %s seal", k)
+	}
 }
 
 // scheduleStats counts what the schedules exercised.
 type scheduleStats struct {
 	steps, ends, stales, failedSeals, failedFlushes int
 	fenced, suspendedPushes                         int
+	relayedEnds, relayedStales                      int
+	perturbed                                       int64
+	seals                                           map[string]int
 	checkpointFailures                              atomic.Int64
 }
 
 type schedReader struct {
-	held   string // what the reader had at its join: a prefix of the produced text
-	sub    *producer.Subscription
-	frames []producer.Frame
-	closed bool
+	held    string // what the reader had at its join: a prefix of the produced text
+	sub     *producer.Subscription
+	frames  []producer.Frame
+	closed  bool
+	relayed bool // joined on the other plane, through the hostile relay
 }
 
 // poll takes whatever frames are queued, without waiting.
@@ -76,7 +91,10 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	id := fmt.Sprintf("run%d", seed)
 	clock := clocktest.New()
+	hub := relaytest.NewHub()
+	hostile := &hostileRelay{inner: hub.Relay(), seed: seed}
 	plane, err := producer.New(producer.Config{
+		Relay:                 &producer.Relay{Publish: hub.Relay().Publish},
 		Committer:             b.store,
 		Authorize:             func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
 		CheckpointChars:       1 + rng.IntN(24),
@@ -88,6 +106,18 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	})
 	require.NoError(t, err)
 	defer plane.Close()
+	// Another instance: it hosts nothing, and its readers of the stream are relayed.
+	remote, err := producer.New(producer.Config{
+		Committer:          b.store,
+		Authorize:          func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
+		Relay:              &producer.Relay{Attach: hostile.attach},
+		RelayAttachTimeout: 5 * time.Second,
+		MaxQueuedFrames:    4 + rng.IntN(400),
+		OnRelayErrorFunc:   func(error, string, producer.RelayPhase) {},
+	})
+	require.NoError(t, err)
+	defer remote.Close()
+	defer func() { st.perturbed += hostile.perturbed.Load() }()
 	b.fdb.reset()
 	b.insert(t, id)
 	s, err := plane.Open(t.Context(), producer.OpenStreamInput{StreamID: id})
@@ -104,6 +134,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	flushes := make(chan flushResult, 256)
 	pendingFlushes := 0
 	sealed := false
+	sealKind := "close" // how it was sealed: close, fail or drain
 	var sealErr error
 	var lastDB, lastPlane producer.Seq
 	suspended, swept, cancelAsked := false, false, false
@@ -167,9 +198,17 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			op = "subscribe"
 			text := produced.String()
 			from := producer.Seq(rng.IntN(int(producer.Len16(text)) + 3))
-			sub, err := plane.Subscribe(t.Context(), producer.SubscribeInput{StreamID: id, From: from})
+			on, relayed := plane, rng.IntN(3) == 0
+			if relayed {
+				// A relayed open is at the reader's offset (the other plane cannot clamp it to
+				// a length, or floor it to a character, it has not seen yet), so it claims what
+				// a real reader holds: whole characters, no more than was produced.
+				op, on = "subscribe-relayed", remote
+				from = producer.Len16(producer.Slice16(text, 0, from))
+			}
+			sub, err := on.Subscribe(t.Context(), producer.SubscribeInput{StreamID: id, From: from})
 			require.NoError(t, err)
-			readers = append(readers, &schedReader{held: producer.Slice16(text, 0, from), sub: sub})
+			readers = append(readers, &schedReader{held: producer.Slice16(text, 0, from), sub: sub, relayed: relayed})
 		case k < 77:
 			op = "read"
 			if len(readers) > 0 {
@@ -184,7 +223,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			}
 		case k < 87:
 			op = "fault"
-			switch rng.IntN(6) {
+			switch rng.IntN(7) {
 			case 0:
 				b.fdb.set(func(f *faultDB) { f.failBatch++ })
 			case 1:
@@ -199,6 +238,10 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 				// A blind lost ack: the append lands, and neither the store's read-back nor the
 				// plane's resync can see it, so the next slice starts from a stale offset.
 				b.fdb.set(func(f *faultDB) { f.loseAck++; f.failQuery += 2 })
+			case 6:
+				// A slow store: every write waits, and the producer must not.
+				lat := time.Duration(rng.IntN(4)) * time.Millisecond
+				b.fdb.set(func(f *faultDB) { f.latency = lat })
 			}
 		case k < 90:
 			switch {
@@ -227,7 +270,15 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			op = "seal"
 			if !sealed {
 				sealed = true
-				sealErr = s.Close(t.Context())
+				switch sealKind = []string{"close", "fail", "drain"}[rng.IntN(3)]; sealKind {
+				case "close":
+					sealErr = s.Close(t.Context())
+				case "fail":
+					sealErr = s.Fail(t.Context(), errors.New("model crashed"))
+				case "drain":
+					// SIGTERM: every live stream sealed interrupted with all it produced.
+					sealErr = plane.Drain(t.Context())
+				}
 			}
 		}
 		checkP(step, op)
@@ -277,14 +328,16 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	}
 	text := produced.String()
 	final := b.durable(t, id)
+	st.seals[sealKind]++
 	require.Zero(t, final.chunks, "seed %d: chunks left behind a %s row (swept %v)", seed, final.status, swept)
-	if final.status == "interrupted" {
-		require.True(t, swept, "seed %d: interrupted without another writer", seed)
+	want := map[string][]string{"close": {"complete", "cancelled"}, "fail": {"error"}, "drain": {"interrupted"}}[sealKind]
+	if swept && final.status == "interrupted" && (sealKind != "drain" || final.text != text) {
+		// Another host's sweeper sealed it first: body ++ chunks, a prefix.
 		require.True(t, strings.HasPrefix(text, final.text), "seed %d: the swept body is a prefix", seed)
 		st.fenced++
 	} else {
-		require.Equal(t, text, final.text, "seed %d: a committed seal holds the whole text", seed)
-		require.Contains(t, []string{"complete", "cancelled"}, final.status)
+		require.Equal(t, text, final.text, "seed %d: a committed %s seal holds the whole text", seed, sealKind)
+		require.Contains(t, want, final.status, "seed %d: sealed by %s", seed, sealKind)
 	}
 	for i, r := range readers {
 		if r.closed {
@@ -296,14 +349,96 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 		switch last.Type {
 		case producer.FrameEnd:
 			st.ends++
+			if r.relayed {
+				st.relayedEnds++
+			}
 			require.Equal(t, final.text, producer.Slice16(got, 0, last.Seq), "seed %d reader %d: S broken", seed, i)
 			require.Equal(t, final.seq, last.Seq, "seed %d reader %d: the end says what the store holds", seed, i)
 			require.Equal(t, final.status, string(last.Status), "seed %d reader %d: the end says what the store holds", seed, i)
 		case producer.FrameStale:
 			st.stales++
+			if r.relayed {
+				st.relayedStales++
+			}
 			// Dropped: the reader falls back to the durable plane, which P keeps a prefix.
+		case producer.FrameAbsent:
+			// Only a relayed reader: it attached before the open had reached the relay (the
+			// outbox publishes asynchronously); it reads the durable plane instead.
+			require.True(t, r.relayed, "seed %d reader %d: a local reader of a hosted stream got absent", seed, i)
 		default:
 			t.Fatalf("seed %d reader %d: ended with %s", seed, i, last.Type)
 		}
 	}
 }
+
+// hostileRelay attaches through inner and perturbs what each source yields: it drops,
+// duplicates and swaps frames and truncates the source, never touching a terminal frame's
+// delivery except by truncating before it. The plane's conform pass must turn every such
+// source into frames that keep S, or into stale.
+type hostileRelay struct {
+	inner     *producer.Relay
+	seed      uint64
+	attaches  atomic.Uint64
+	perturbed atomic.Int64
+}
+
+func (h *hostileRelay) attach(ctx context.Context, streamID string, from producer.Seq) (producer.FrameSource, error) {
+	src, err := h.inner.Attach(ctx, streamID, from)
+	if src == nil || err != nil {
+		return src, err
+	}
+	n := h.attaches.Add(1)
+	return &hostileSource{inner: src, h: h, rng: rand.New(rand.NewPCG(h.seed, n))}, nil
+}
+
+type hostileSource struct {
+	inner   producer.FrameSource
+	h       *hostileRelay
+	rng     *rand.Rand // Next is called from one goroutine at a time
+	pending []producer.Frame
+	last    *producer.Frame
+	ended   bool
+}
+
+func (s *hostileSource) Next(ctx context.Context) (producer.Frame, error) {
+	if len(s.pending) > 0 {
+		f := s.pending[0]
+		s.pending = s.pending[1:]
+		return f, nil
+	}
+	if s.ended {
+		return producer.Frame{}, io.EOF
+	}
+	f, err := s.inner.Next(ctx)
+	if err != nil {
+		return f, err
+	}
+	if f.Terminal() {
+		return f, nil
+	}
+	switch k := s.rng.IntN(100); {
+	case k < 3: // the broker lost it
+		s.h.perturbed.Add(1)
+		return s.Next(ctx)
+	case k < 6 && s.last != nil: // delivered twice
+		s.h.perturbed.Add(1)
+		s.pending = append(s.pending, f)
+		return *s.last, nil
+	case k < 9: // out of order: the next one first
+		s.h.perturbed.Add(1)
+		g, err := s.inner.Next(ctx)
+		if err != nil {
+			return f, nil // the swap failed: deliver f, and the next Next reports the error
+		}
+		s.pending = append(s.pending, f)
+		f = g
+	case k < 10: // the connection dropped: the source ends without a terminal
+		s.h.perturbed.Add(1)
+		s.ended = true
+		return producer.Frame{}, io.EOF
+	}
+	s.last = &f
+	return f, nil
+}
+
+func (s *hostileSource) Close() error { return s.inner.Close() }
