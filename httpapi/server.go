@@ -56,6 +56,18 @@ type Config struct {
 	// AllowedOrigins are the browser origins allowed to call the API cross-origin (CORS):
 	// "https://app.example.com", or "*" for any. Empty allows none: same-origin only.
 	AllowedOrigins []string
+	// Streams, if set, serves the Durable Streams protocol under StreamsPrefix on this store
+	// (checkpoint.Protocol). Writes need the producer scope; reads, the stream's creator or the
+	// producer scope.
+	Streams Streams
+	// StreamsLongPoll bounds a protocol long-poll's wait. Defaults to DefaultStreamsLongPoll.
+	StreamsLongPoll time.Duration
+	// StreamsSSELifetime is how long a protocol SSE response lives before the server ends it
+	// (the protocol asks for about a minute). Defaults to DefaultStreamsSSELifetime.
+	StreamsSSELifetime time.Duration
+	// StreamsPollInterval is how often a waiting protocol reader re-reads the store, to see
+	// another instance's appends. Defaults to DefaultStreamsPollInterval.
+	StreamsPollInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -76,10 +88,11 @@ var _ Messages = (*checkpoint.Catalog)(nil)
 
 // Server is the HTTP API.
 type Server struct {
-	cfg     Config
-	api     huma.API
-	mux     *http.ServeMux
-	handler http.Handler
+	cfg           Config
+	streamChanges changes
+	api           huma.API
+	mux           *http.ServeMux
+	handler       http.Handler
 }
 
 // Claims are the bearer token's claims: the subject (a reader reads only messages whose owner it
@@ -148,6 +161,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.StreamsLongPoll, DefaultStreamsLongPoll}, {&cfg.StreamsSSELifetime, DefaultStreamsSSELifetime}, {&cfg.StreamsPollInterval, DefaultStreamsPollInterval}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	hc := huma.DefaultConfig("Rindle streams", "1.0.0")
 	hc.Info.Description = "Durable, resumable language-model answers: every delta fanned out live, checkpointed into Postgres, one offset (`seq`, in UTF-16 code units) across both."
@@ -167,16 +188,21 @@ func New(cfg Config) (*Server, error) {
 	if s.cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
+	if s.cfg.Streams != nil {
+		s.mux.HandleFunc(StreamsPrefix, s.serveStreams)
+	}
 	var h http.Handler = http.HandlerFunc(s.serve)
 	if len(cfg.AllowedOrigins) > 0 {
 		h = cors.New(cors.Options{
 			AllowedOrigins: cfg.AllowedOrigins,
-			AllowedMethods: []string{http.MethodGet, http.MethodPost, http.MethodHead},
-			AllowedHeaders: []string{"Authorization", "Content-Type", "Last-Event-ID"},
+			AllowedMethods: []string{http.MethodGet, http.MethodPost, http.MethodHead, http.MethodPut, http.MethodDelete},
+			AllowedHeaders: []string{"Authorization", "Content-Type", "Last-Event-ID", hSeq, hTTL, hExpiresAt, hClosed,
+				hProducerID, hProducerEpoch, hProducerSeq, "If-None-Match"},
 			// What clients read from answers: the producing instance, when to retry, why a
-			// token was refused.
-			ExposedHeaders: []string{HostHeader, "Retry-After", "WWW-Authenticate"},
-			MaxAge:         600,
+			// token was refused, and the Durable Streams protocol's headers.
+			ExposedHeaders: []string{HostHeader, "Retry-After", "WWW-Authenticate", hNextOffset, hUpToDate, hClosed, hCursor,
+				hTTL, hExpiresAt, hProducerEpoch, hProducerSeq, "Producer-Expected-Seq", "Producer-Received-Seq", "ETag", "Location"},
+			MaxAge: 600,
 		}).Handler(h)
 	}
 	s.handler = h

@@ -33,7 +33,7 @@ import (
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
 	corsOrigins, debugAddr, secretFile, logFormat                           string
-	drainTimeout, leaseTTL, connectTimeout                                  time.Duration
+	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
 	dbMaxConns                                                              int
 }
 
@@ -87,10 +87,12 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", checkpoint.DefaultLeaseTTL, "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
 	fs.IntVar(&s.dbMaxConns, "db-max-conns", max(16, 4*runtime.NumCPU()), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
+	fs.DurationVar(&s.streamsLongPoll, "streams-long-poll", httpapi.DefaultStreamsLongPoll, "how long a Durable Streams long-poll waits for data before 204 [RINDLE_STREAMS_LONG_POLL]")
 	fs.DurationVar(&s.connectTimeout, "connect-timeout", cdc.DefaultConnectTimeout, "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
 	// Typed settings take their environment value through the flag's own parser, so a
 	// malformed one is an error naming the variable, never a silent default; flags still win.
-	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT"} {
+	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT",
+		"streams-long-poll": "RINDLE_STREAMS_LONG_POLL"} {
 		if v := getenv(k); v != "" {
 			if err := fs.Set(flagName, v); err != nil {
 				return nil, fmt.Errorf("%s=%q: %w", k, v, err)

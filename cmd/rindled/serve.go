@@ -233,9 +233,14 @@ func (in *server) startLive(ctx context.Context) error {
 
 // httpHandler builds the API (and the demo, when on) behind the tracing middleware.
 func (in *server) httpHandler() (http.Handler, error) {
+	streams, err := checkpoint.NewProtocol(in.pool)
+	if err != nil {
+		return nil, err
+	}
 	api, err := httpapi.New(httpapi.Config{
 		Plane: in.plane, View: in.view, Messages: in.catalog, Secret: in.secret, Logger: in.logger,
 		Metrics: in.tel.MetricsHandler, HostID: in.hostID, AllowedOrigins: in.s.origins(), Ready: in.ready,
+		Streams: streams, StreamsLongPoll: in.s.streamsLongPoll,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,766 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// The Durable Streams protocol (PROTOCOL.md of durable-streams/durable-streams) under
+// StreamsPrefix, for text content: a stream's bytes are UTF-8 text, and its offsets are our
+// one coordinate, the UTF-16 seq, as a fixed-width zero-padded decimal (which sorts as the
+// protocol requires). Binary content (bytes that are not UTF-8) is refused: it has no UTF-16
+// offsets. Forks and subscriptions are not implemented (see the README).
+//
+// Every append is committed before it is answered (checkpoint.Protocol), so an acknowledged
+// append is durable; streams are rows, not live producers, so no restart, drain or sweep ever
+// seals one, and any instance serves any stream. Waiting readers on the appending instance
+// are woken at once; readers on other instances notice within StreamsPollInterval.
+
+// StreamsPrefix is where protocol streams live; the path after it names the stream.
+const StreamsPrefix = "/v1/stream/"
+
+// Protocol headers.
+const (
+	hNextOffset    = "Stream-Next-Offset"
+	hUpToDate      = "Stream-Up-To-Date"
+	hClosed        = "Stream-Closed"
+	hCursor        = "Stream-Cursor"
+	hSeq           = "Stream-Seq"
+	hTTL           = "Stream-TTL"
+	hExpiresAt     = "Stream-Expires-At"
+	hProducerID    = "Producer-Id"
+	hProducerEpoch = "Producer-Epoch"
+	hProducerSeq   = "Producer-Seq"
+)
+
+// Defaults of the protocol's waits.
+const (
+	DefaultStreamsLongPoll     = 20 * time.Second
+	DefaultStreamsSSELifetime  = 60 * time.Second
+	DefaultStreamsPollInterval = 250 * time.Millisecond
+	streamsReadLimit           = 4096 // appends per catch-up response
+	// StreamsMaxBodyBytes bounds one protocol append (or create) body.
+	StreamsMaxBodyBytes = 8 << 20
+)
+
+// Streams is the protocol's store: checkpoint.Protocol.
+type Streams interface {
+	Create(ctx context.Context, in checkpoint.CreateStream) (checkpoint.StreamMeta, bool, error)
+	Head(ctx context.Context, path string) (checkpoint.StreamMeta, error)
+	Read(ctx context.Context, path string, from producer.Seq, limit int) (checkpoint.StreamMeta, string, producer.Seq, error)
+	Append(ctx context.Context, in checkpoint.AppendStream) (checkpoint.AppendOutcome, error)
+	Delete(ctx context.Context, path string) error
+}
+
+var _ Streams = (*checkpoint.Protocol)(nil)
+
+// changes wakes the readers waiting on a stream when this instance changed it.
+type changes struct {
+	mu sync.Mutex
+	ch map[string]chan struct{}
+}
+
+func (c *changes) wait(path string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ch == nil {
+		c.ch = map[string]chan struct{}{}
+	}
+	ch, ok := c.ch[path]
+	if !ok {
+		ch = make(chan struct{})
+		c.ch[path] = ch
+	}
+	return ch
+}
+
+func (c *changes) notify(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch, ok := c.ch[path]; ok {
+		close(ch)
+		delete(c.ch, path)
+	}
+}
+
+// formatOffset is the protocol offset of seq: 16 zero-padded digits.
+func formatOffset(seq producer.Seq) string { return fmt.Sprintf("%016d", seq) }
+
+var offsetPattern = regexp.MustCompile(`^[0-9]{16}$`)
+
+// parseOffset reads an offset parameter: -1 (or absent) is the start, now the tail.
+func parseOffset(raw string, present bool) (seq producer.Seq, now bool, err error) {
+	switch {
+	case !present || raw == "-1":
+		return 0, false, nil
+	case raw == "now":
+		return 0, true, nil
+	case offsetPattern.MatchString(raw):
+		n, err := strconv.ParseInt(raw, 10, 64)
+		return producer.Seq(n), false, err
+	}
+	return 0, false, fmt.Errorf("offset %q is not an offset this server handed out (16 digits), -1 or now", raw)
+}
+
+// mediaType is a content type's type/subtype, lowercased.
+func mediaType(ct string) string {
+	if t, _, err := mime.ParseMediaType(ct); err == nil {
+		return strings.ToLower(t)
+	}
+	return strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
+}
+
+func sameType(a, b string) bool { return mediaType(a) == mediaType(b) }
+
+func isJSON(ct string) bool { return mediaType(ct) == "application/json" }
+
+// encodeBody turns a request body into the stream's stored form: the UTF-8 text itself, or for
+// JSON, each message compacted and followed by a comma (an array is flattened one level).
+func encodeBody(ct string, body []byte, put bool) (string, error) {
+	if bytes.IndexByte(body, 0) >= 0 {
+		return "", errors.New("the body contains a NUL byte, which a text stream cannot hold")
+	}
+	if !isJSON(ct) {
+		if !utf8.Valid(body) {
+			return "", errors.New("the body is not UTF-8 text: this server stores text streams only (offsets are UTF-16 units)")
+		}
+		return string(body), nil
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if put {
+			return "", nil
+		}
+		return "", errors.New("the body is empty")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var v json.RawMessage
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("the body is not valid JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return "", errors.New("the body is not one JSON value")
+	}
+	var msgs []json.RawMessage
+	if t := bytes.TrimSpace(v); len(t) > 0 && t[0] == '[' {
+		if err := json.Unmarshal(t, &msgs); err != nil {
+			return "", fmt.Errorf("the body is not valid JSON: %w", err)
+		}
+		if len(msgs) == 0 && !put {
+			return "", errors.New("an empty JSON array appends nothing")
+		}
+	} else {
+		msgs = []json.RawMessage{v}
+	}
+	var b strings.Builder
+	for _, m := range msgs {
+		var c bytes.Buffer
+		if err := json.Compact(&c, m); err != nil {
+			return "", fmt.Errorf("the body is not valid JSON: %w", err)
+		}
+		b.Write(c.Bytes())
+		b.WriteByte(',')
+	}
+	return b.String(), nil
+}
+
+// decodeText turns stored text back into a response body.
+func decodeText(ct, text string) string {
+	if isJSON(ct) {
+		return "[" + strings.TrimSuffix(text, ",") + "]"
+	}
+	return text
+}
+
+// cursor is the protocol's collapsing cursor: 20-second intervals since 2024-10-09, always past
+// the client's.
+func cursor(client string) string {
+	epoch := time.Date(2024, 10, 9, 0, 0, 0, 0, time.UTC)
+	n := int64(time.Since(epoch) / (20 * time.Second))
+	if c, err := strconv.ParseInt(client, 10, 64); err == nil && c >= n {
+		n = c + 1 + rand.Int64N(180) // 1-3600 s of jitter, in intervals
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+var ttlPattern = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
+
+func streamProblem(w http.ResponseWriter, status int, detail string) {
+	writeProblem(w, huma.NewError(status, detail))
+}
+
+// serveStreams routes a protocol request.
+func (s *Server) serveStreams(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
+	path := strings.TrimPrefix(r.URL.Path, StreamsPrefix)
+	if path == "" || strings.Contains(path, "..") {
+		streamProblem(w, http.StatusBadRequest, "a stream path is required after "+StreamsPrefix)
+		return
+	}
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	c, err := s.claims(authHeader(r))
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	write := r.Method == http.MethodPut || r.Method == http.MethodPost || r.Method == http.MethodDelete
+	if write && !c.has(ProducerScope) {
+		writeProblem(w, huma.Error403Forbidden("writing a stream needs the producer scope"))
+		return
+	}
+	switch r.Method {
+	case http.MethodPut:
+		s.streamCreate(w, r, path, c)
+	case http.MethodPost:
+		s.streamAppend(w, r, path)
+	case http.MethodDelete:
+		s.streamDelete(w, r, path)
+	case http.MethodHead:
+		s.streamHead(w, r, path, c)
+	case http.MethodGet:
+		s.streamRead(w, r, path, c)
+	default:
+		h.Set("Allow", "GET, HEAD, PUT, POST, DELETE")
+		streamProblem(w, http.StatusMethodNotAllowed, r.Method+" is not a stream operation")
+	}
+}
+
+// authHeader is the bearer token from the header, or ?access_token= (EventSource).
+func authHeader(r *http.Request) string {
+	if v := r.Header.Get("Authorization"); v != "" {
+		return v
+	}
+	if tok := r.URL.Query().Get("access_token"); tok != "" {
+		return "Bearer " + tok
+	}
+	return ""
+}
+
+// streamError answers a store error.
+func (s *Server) streamError(w http.ResponseWriter, op string, err error) {
+	var closed *checkpoint.StreamClosedError
+	var perr *checkpoint.ProducerError
+	switch {
+	case errors.Is(err, checkpoint.ErrStreamNotFound):
+		streamProblem(w, http.StatusNotFound, "no such stream")
+	case errors.Is(err, checkpoint.ErrStreamExists):
+		streamProblem(w, http.StatusConflict, "a stream with another configuration exists at this path")
+	case errors.Is(err, checkpoint.ErrContentTypeMismatch):
+		streamProblem(w, http.StatusConflict, "the content type is not the stream's")
+	case errors.Is(err, checkpoint.ErrSeqRegression):
+		streamProblem(w, http.StatusConflict, hSeq+" must increase")
+	case errors.As(err, &closed):
+		w.Header().Set(hClosed, "true")
+		w.Header().Set(hNextOffset, formatOffset(closed.Tail))
+		streamProblem(w, http.StatusConflict, "the stream is closed")
+	case errors.As(err, &perr):
+		switch perr.Status {
+		case http.StatusForbidden:
+			w.Header().Set(hProducerEpoch, strconv.FormatInt(perr.Epoch, 10))
+		case http.StatusConflict:
+			w.Header().Set("Producer-Expected-Seq", strconv.FormatInt(perr.Expected, 10))
+			w.Header().Set("Producer-Received-Seq", strconv.FormatInt(perr.Received, 10))
+		}
+		streamProblem(w, perr.Status, perr.Reason)
+	case errors.Is(err, context.Canceled):
+		// The client left.
+	default:
+		writeProblem(w, s.unavailable(op, err))
+	}
+}
+
+// mayRead: the stream's owner, or the producer scope.
+func mayRead(c *Claims, m checkpoint.StreamMeta) bool {
+	return c.has(ProducerScope) || (m.Owner != "" && m.Owner == c.Subject)
+}
+
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, StreamsMaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			streamProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body exceeds %d bytes", StreamsMaxBodyBytes))
+		} else {
+			streamProblem(w, http.StatusBadRequest, "the body could not be read")
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+func closedHeader(r *http.Request) bool { return strings.EqualFold(r.Header.Get(hClosed), "true") }
+
+func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path string, c *Claims) {
+	if r.Header.Get("Stream-Forked-From") != "" {
+		streamProblem(w, http.StatusNotImplemented, "forks are not implemented")
+		return
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	in := checkpoint.CreateStream{Path: path, Owner: c.Subject, ContentType: ct, Closed: closedHeader(r), SameType: sameType}
+	ttl, exp := r.Header.Get(hTTL), r.Header.Get(hExpiresAt)
+	if ttl != "" && exp != "" {
+		streamProblem(w, http.StatusBadRequest, "Stream-TTL and Stream-Expires-At exclude each other")
+		return
+	}
+	if ttl != "" {
+		n, err := strconv.ParseInt(ttl, 10, 64)
+		if !ttlPattern.MatchString(ttl) || err != nil {
+			streamProblem(w, http.StatusBadRequest, "Stream-TTL must be a non-negative integer of seconds")
+			return
+		}
+		in.TTL = &n
+	}
+	if exp != "" {
+		t, err := time.Parse(time.RFC3339Nano, exp)
+		if err != nil {
+			streamProblem(w, http.StatusBadRequest, "Stream-Expires-At must be an RFC 3339 time")
+			return
+		}
+		in.ExpiresAt = &t
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	text, err := encodeBody(ct, body, true)
+	if err != nil {
+		streamProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	in.Text = text
+	m, created, err := s.cfg.Streams.Create(r.Context(), in)
+	if err != nil {
+		s.streamError(w, "create stream", err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", m.ContentType)
+	h.Set(hNextOffset, formatOffset(m.Tail))
+	if m.Closed {
+		h.Set(hClosed, "true")
+	}
+	if created {
+		h.Set("Location", streamURL(r))
+		w.WriteHeader(http.StatusCreated)
+		s.streamChanges.notify(path)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func streamURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return (&url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path}).String()
+}
+
+var intPattern = regexp.MustCompile(`^(0|[1-9][0-9]{0,15})$`)
+
+const maxSafeInteger = 1<<53 - 1
+
+func parseProducer(r *http.Request) (*checkpoint.ProducerRef, error) {
+	id, epoch, seq := r.Header.Values(hProducerID), r.Header.Get(hProducerEpoch), r.Header.Get(hProducerSeq)
+	if len(id) == 0 && epoch == "" && seq == "" {
+		return nil, nil
+	}
+	if len(id) == 0 || epoch == "" || seq == "" {
+		return nil, errors.New("Producer-Id, Producer-Epoch and Producer-Seq go together")
+	}
+	if id[0] == "" {
+		return nil, errors.New("Producer-Id must not be empty")
+	}
+	ref := &checkpoint.ProducerRef{ID: id[0]}
+	for _, f := range []struct {
+		raw string
+		to  *int64
+	}{{epoch, &ref.Epoch}, {seq, &ref.Seq}} {
+		n, err := strconv.ParseInt(f.raw, 10, 64)
+		if !intPattern.MatchString(f.raw) || err != nil || n > maxSafeInteger {
+			return nil, fmt.Errorf("producer epoch and seq are integers from 0 to 2^53-1, not %q", f.raw)
+		}
+		*f.to = n
+	}
+	return ref, nil
+}
+
+func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path string) {
+	ref, err := parseProducer(r)
+	if err != nil {
+		streamProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	closing := closedHeader(r)
+	ct := r.Header.Get("Content-Type")
+	in := checkpoint.AppendStream{Path: path, ContentType: ct, Close: closing, StreamSeq: r.Header.Get(hSeq), Producer: ref, SameType: sameType}
+	if len(body) == 0 {
+		if !closing {
+			streamProblem(w, http.StatusBadRequest, "an append needs a body (or "+hClosed+": true to close)")
+			return
+		}
+	} else {
+		if ct == "" {
+			streamProblem(w, http.StatusBadRequest, "an append needs a Content-Type")
+			return
+		}
+		// The stream's type decides the encoding; a mismatch is the store's 409, after the
+		// closed check the protocol puts first.
+		m, err := s.cfg.Streams.Head(r.Context(), path)
+		if err != nil {
+			s.streamError(w, "append", err)
+			return
+		}
+		enc := ct
+		if !sameType(ct, m.ContentType) {
+			enc = "text/plain" // encoded only to be refused
+		}
+		if in.Text, err = encodeBody(enc, body, false); err != nil && sameType(ct, m.ContentType) && !m.Closed {
+			streamProblem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if in.Text == "" {
+			in.Text = string(body) // refused as closed or mismatched by the store
+		}
+	}
+	out, err := s.cfg.Streams.Append(r.Context(), in)
+	if err != nil {
+		s.streamError(w, "append", err)
+		return
+	}
+	h := w.Header()
+	h.Set(hNextOffset, formatOffset(out.Tail))
+	if out.Closed {
+		h.Set(hClosed, "true")
+	}
+	status := http.StatusNoContent
+	if ref != nil {
+		h.Set(hProducerEpoch, strconv.FormatInt(out.ProducerEpoch, 10))
+		h.Set(hProducerSeq, strconv.FormatInt(out.ProducerSeq, 10))
+		if !out.Duplicate && in.Text != "" {
+			status = http.StatusOK // new data; a close-only answers 204 like any close
+		}
+	}
+	if !out.Duplicate && !out.AlreadyClosed {
+		s.streamChanges.notify(path)
+	}
+	w.WriteHeader(status)
+}
+
+func (s *Server) streamDelete(w http.ResponseWriter, r *http.Request, path string) {
+	if err := s.cfg.Streams.Delete(r.Context(), path); err != nil {
+		s.streamError(w, "delete stream", err)
+		return
+	}
+	s.streamChanges.notify(path)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func metaHeaders(h http.Header, m checkpoint.StreamMeta) {
+	h.Set("Content-Type", m.ContentType)
+	if m.TTL != nil {
+		h.Set(hTTL, strconv.FormatInt(*m.TTL, 10))
+	}
+	if m.ExpiresAt != nil {
+		h.Set(hExpiresAt, m.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
+}
+
+func (s *Server) streamHead(w http.ResponseWriter, r *http.Request, path string, c *Claims) {
+	m, err := s.cfg.Streams.Head(r.Context(), path)
+	if err == nil && !mayRead(c, m) {
+		err = checkpoint.ErrStreamNotFound
+	}
+	if err != nil {
+		s.streamError(w, "stream metadata", err)
+		return
+	}
+	h := w.Header()
+	metaHeaders(h, m)
+	h.Set(hNextOffset, formatOffset(m.Tail))
+	h.Set("Cache-Control", "no-store")
+	if m.Closed {
+		h.Set(hClosed, "true")
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// streamRead serves catch-up, long-poll and SSE reads.
+func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string, c *Claims) {
+	q := r.URL.Query()
+	raw, present := q.Get("offset"), q.Has("offset")
+	from, now, err := parseOffset(raw, present)
+	if err != nil {
+		streamProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	live := q.Get("live")
+	if live != "" && live != "long-poll" && live != "sse" {
+		streamProblem(w, http.StatusBadRequest, "live is long-poll or sse")
+		return
+	}
+	if live != "" && !present {
+		streamProblem(w, http.StatusBadRequest, "a live read ("+live+") needs an offset")
+		return
+	}
+	m, err := s.cfg.Streams.Head(r.Context(), path)
+	if err == nil && !mayRead(c, m) {
+		err = checkpoint.ErrStreamNotFound
+	}
+	if err != nil {
+		s.streamError(w, "read stream", err)
+		return
+	}
+	if now {
+		from = m.Tail
+	}
+	if from > m.Tail {
+		streamProblem(w, http.StatusBadRequest, "the offset is past the stream's end")
+		return
+	}
+	switch live {
+	case "sse":
+		s.streamSSE(w, r, path, from, now)
+	case "long-poll":
+		s.streamLongPoll(w, r, path, from, now)
+	default:
+		s.streamCatchUp(w, r, path, from, now)
+	}
+}
+
+// etag names a response's range and whether it reached a closed end.
+func etag(path string, from, to producer.Seq, closed bool) string {
+	t := fmt.Sprintf(`"%x:%d:%d`, hashPath(path), from, to)
+	if closed {
+		t += ":c"
+	}
+	return t + `"`
+}
+
+func hashPath(p string) uint64 {
+	var h uint64 = 14695981039346656037
+	for i := 0; i < len(p); i++ {
+		h ^= uint64(p[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// readFrom reads what the stream holds past from.
+func (s *Server) readFrom(ctx context.Context, path string, from producer.Seq) (m checkpoint.StreamMeta, text string, end producer.Seq, err error) {
+	return s.cfg.Streams.Read(ctx, path, from, streamsReadLimit)
+}
+
+func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, m checkpoint.StreamMeta, text string, end producer.Seq, live, now bool) {
+	h := w.Header()
+	metaHeaders(h, m)
+	h.Set(hNextOffset, formatOffset(end))
+	upToDate := end >= m.Tail
+	if upToDate {
+		h.Set(hUpToDate, "true")
+	}
+	closed := upToDate && m.Closed
+	if closed {
+		h.Set(hClosed, "true")
+	}
+	if live && !closed {
+		h.Set(hCursor, cursor(r.URL.Query().Get("cursor")))
+	}
+	if now {
+		h.Set("Cache-Control", "no-store")
+	} else {
+		h.Set("Cache-Control", "private, max-age=60, stale-while-revalidate=300")
+		tag := etag(path, from, end, closed)
+		h.Set("ETag", tag)
+		if inm := r.Header.Get("If-None-Match"); inm != "" && inm == tag {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = io.WriteString(w, decodeText(m.ContentType, text))
+	}
+}
+
+func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
+	m, text, end, err := s.readFrom(r.Context(), path, from)
+	if err != nil {
+		s.streamError(w, "read stream", err)
+		return
+	}
+	s.writeRead(w, r, path, from, m, text, end, false, now)
+}
+
+// waitChange waits for the stream to change on this instance, the poll interval (another
+// instance's append), or the deadline; false when ctx or the deadline ended the wait.
+func (s *Server) waitChange(ctx context.Context, path string, deadline <-chan time.Time) bool {
+	t := time.NewTimer(s.cfg.StreamsPollInterval)
+	defer t.Stop()
+	select {
+	case <-s.streamChanges.wait(path):
+		return true
+	case <-t.C:
+		return true
+	case <-deadline:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
+	deadline := time.NewTimer(s.cfg.StreamsLongPoll)
+	defer deadline.Stop()
+	for {
+		m, text, end, err := s.readFrom(r.Context(), path, from)
+		if err != nil {
+			s.streamError(w, "read stream", err)
+			return
+		}
+		if end > from {
+			s.writeRead(w, r, path, from, m, text, end, true, false)
+			return
+		}
+		if m.Closed || !s.waitChange(r.Context(), path, deadline.C) {
+			h := w.Header()
+			metaHeaders(h, m)
+			h.Del("Content-Type")
+			h.Set(hNextOffset, formatOffset(m.Tail))
+			h.Set(hUpToDate, "true")
+			if m.Closed {
+				h.Set(hClosed, "true")
+			} else {
+				h.Set(hCursor, cursor(r.URL.Query().Get("cursor")))
+			}
+			h.Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+}
+
+// sseLines splits on every SSE line terminator (CRLF, CR, LF), so no payload can end a data
+// line early and inject an event of its own.
+var sseLines = strings.NewReplacer("\r\n", "\n", "\r", "\n") //nolint:gochecknoglobals // immutable, safe for concurrent use
+
+// sseEvent writes an SSE event whose data may span lines.
+func sseEvent(b *bytes.Buffer, event, data string) {
+	b.WriteString("event: " + event + "\n")
+	for _, line := range strings.Split(sseLines.Replace(data), "\n") {
+		b.WriteString("data:" + line + "\n")
+	}
+	b.WriteString("\n")
+}
+
+// textual: the protocol sends text/* and JSON streams as text in SSE, others in base64.
+func textual(ct string) bool {
+	t := mediaType(ct)
+	return strings.HasPrefix(t, "text/") || t == "application/json"
+}
+
+type control struct {
+	StreamNextOffset string `json:"streamNextOffset"`
+	StreamCursor     string `json:"streamCursor,omitempty"`
+	UpToDate         bool   `json:"upToDate,omitempty"`
+	StreamClosed     bool   `json:"streamClosed,omitempty"`
+}
+
+func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		streamProblem(w, http.StatusInternalServerError, "the connection cannot stream")
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	m0, err := s.cfg.Streams.Head(r.Context(), path)
+	if err != nil {
+		s.streamError(w, "read stream", err)
+		return
+	}
+	b64 := !textual(m0.ContentType)
+	if b64 {
+		h.Set("Stream-SSE-Data-Encoding", "base64")
+	}
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	ctx := r.Context()
+	lifetime := time.NewTimer(s.cfg.StreamsSSELifetime)
+	defer lifetime.Stop()
+	first := true
+	cur := r.URL.Query().Get("cursor")
+	for {
+		m, text, end, err := s.readFrom(ctx, path, from)
+		if err != nil {
+			return // deleted or unreachable: the client reconnects and learns which
+		}
+		var b bytes.Buffer
+		upToDate := end >= m.Tail
+		closed := upToDate && m.Closed
+		if end > from || first || closed {
+			if end > from {
+				data := decodeText(m.ContentType, text)
+				if b64 {
+					data = base64.StdEncoding.EncodeToString([]byte(data))
+				}
+				sseEvent(&b, "data", data)
+			}
+			ctl := control{StreamNextOffset: formatOffset(end), UpToDate: upToDate, StreamClosed: closed}
+			if !closed {
+				cur = cursor(cur)
+				ctl.StreamCursor = cur
+			}
+			raw, _ := json.Marshal(ctl)
+			sseEvent(&b, "control", string(raw))
+			if _, err := w.Write(b.Bytes()); err != nil {
+				return
+			}
+			flusher.Flush()
+			first = false
+		}
+		from = end
+		if closed {
+			return
+		}
+		if !upToDate {
+			continue // more than one read holds: no wait
+		}
+		if !s.waitChange(ctx, path, lifetime.C) {
+			return
+		}
+	}
+}
