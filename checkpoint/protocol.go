@@ -77,6 +77,9 @@ type StreamMeta struct {
 	ExpiresAt                           *time.Time
 	Closed                              bool
 	Tail                                producer.Seq
+	// Created tells one incarnation of a path from the next (a stream deleted and created
+	// again).
+	Created time.Time
 }
 
 // CreateStream is a PUT.
@@ -118,18 +121,20 @@ type AppendOutcome struct {
 	AlreadyClosed bool
 	// ProducerEpoch and ProducerSeq are the producer's accepted state, with a producer.
 	ProducerEpoch, ProducerSeq int64
+	// Created is the stream's StreamMeta.Created.
+	Created time.Time
 }
 
 const metaColumns = `d.path, d.message_id, coalesce(m.owner, ''), d.content_type, d.ttl_seconds, d.expires_at,
 	m.status = 'complete', m.seq,
 	(d.ttl_seconds IS NOT NULL AND d.accessed_at + make_interval(secs => d.ttl_seconds) <= now())
-	OR (d.expires_at IS NOT NULL AND d.expires_at <= now())`
+	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.created_at`
 
 func scanMeta(row pgx.Row) (StreamMeta, bool, error) {
 	var m StreamMeta
 	var seq int64
 	var expired bool
-	err := row.Scan(&m.Path, &m.MessageID, &m.Owner, &m.ContentType, &m.TTL, &m.ExpiresAt, &m.Closed, &seq, &expired)
+	err := row.Scan(&m.Path, &m.MessageID, &m.Owner, &m.ContentType, &m.TTL, &m.ExpiresAt, &m.Closed, &seq, &expired, &m.Created)
 	m.Tail = producer.Seq(seq)
 	return m, expired, err
 }
@@ -214,16 +219,18 @@ func (p *Protocol) Head(ctx context.Context, path string) (StreamMeta, error) {
 	return m, nil
 }
 
-// Read returns the stream's metadata and its text from offset from on, at most limit appends,
-// and renews its TTL (a read is an access).
-func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, limit int) (meta StreamMeta, text string, end producer.Seq, err error) {
-	m, expired, err := scanMeta(p.pool.QueryRow(ctx, `UPDATE ds_streams d SET accessed_at = now() FROM messages m
-		WHERE d.path = $1 AND m.id = d.message_id RETURNING `+metaColumns, path))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && expired) {
-		return StreamMeta{}, "", 0, ErrStreamNotFound
-	}
+// Read returns the stream's metadata and its text from offset from on, at most limit appends.
+// With touch it renews a sliding TTL (a read is an access); a live read touches once, when it
+// begins, so a hundred waiting readers do not queue on the stream's row at every append.
+func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, limit int, touch bool) (meta StreamMeta, text string, end producer.Seq, err error) {
+	m, err := p.Head(ctx, path)
 	if err != nil {
-		return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
+		return StreamMeta{}, "", 0, err
+	}
+	if touch && m.TTL != nil {
+		if _, err := p.pool.Exec(ctx, "UPDATE ds_streams SET accessed_at = now() WHERE path = $1", path); err != nil {
+			return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
+		}
 	}
 	end = max(from, 0)
 	if from >= m.Tail {
@@ -275,7 +282,7 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 		if err != nil {
 			return err
 		}
-		out = AppendOutcome{Tail: m.Tail, Closed: m.Closed}
+		out = AppendOutcome{Tail: m.Tail, Closed: m.Closed, Created: m.Created}
 		if m.Closed {
 			var by *string
 			var epoch, seq *int64

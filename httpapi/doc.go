@@ -4,14 +4,17 @@
 //
 // Routes: create a message, open / append (JSON, or a streamed text/plain body to .../ingest) /
 // flush / close a stream, cancel, the durable view with long-poll, the event stream, /healthz,
-// /readyz and /metrics.
+// /readyz and /metrics; and, with Config.Streams, the Durable Streams protocol under
+// StreamsPrefix (streams.go: raw routes, outside the OpenAPI document, which the protocol's own
+// specification describes).
 //
 // Auth: HS256 JWTs in the Authorization header; the event stream also takes ?access_token=,
 // since a browser's EventSource cannot set headers (RFC 6750 §2.3). A reader may read only
-// messages whose owner is its subject; producer routes need the producer scope. A read's owner is looked up before anything reveals whether the id
-// exists, and a denied read and a read of a missing id get the same 403, byte for byte. The
-// owner of a stream opened on this instance is kept with it, so its readers are authorized from
-// memory and can join while the database is away.
+// messages whose owner is its subject; producer routes need the producer scope. A read's owner
+// is looked up before anything reveals whether the id exists, and a denied read and a read of a
+// missing id get the same 403, byte for byte. The owner of a stream opened on this instance is
+// kept with it, so its readers are authorized from memory and can join while the database is
+// away.
 //
 // Errors map to statuses here and nowhere else: 400 for a malformed offset or wait and for
 // invalid UTF-8, 401 without a valid token, 403 as above, 404 for a producer route on a stream

@@ -67,17 +67,55 @@ const (
 type Streams interface {
 	Create(ctx context.Context, in checkpoint.CreateStream) (checkpoint.StreamMeta, bool, error)
 	Head(ctx context.Context, path string) (checkpoint.StreamMeta, error)
-	Read(ctx context.Context, path string, from producer.Seq, limit int) (checkpoint.StreamMeta, string, producer.Seq, error)
+	Read(ctx context.Context, path string, from producer.Seq, limit int, touch bool) (checkpoint.StreamMeta, string, producer.Seq, error)
 	Append(ctx context.Context, in checkpoint.AppendStream) (checkpoint.AppendOutcome, error)
 	Delete(ctx context.Context, path string) error
 }
 
 var _ Streams = (*checkpoint.Protocol)(nil)
 
-// changes wakes the readers waiting on a stream when this instance changed it.
+// changes wakes the readers waiting on a stream when this instance changed it, and keeps the
+// stream's last append here: a reader woken at exactly its start takes it from memory, so one
+// append fans out to every waiting reader without a read of the store each (the live plane of
+// the protocol); a reader anywhere else reads the store.
 type changes struct {
-	mu sync.Mutex
-	ch map[string]chan struct{}
+	mu   sync.Mutex
+	ch   map[string]chan struct{}
+	last map[string]appended
+}
+
+// appended is one committed append (or close): the stored text of [from, to).
+type appended struct {
+	created  time.Time // the stream's incarnation
+	from, to producer.Seq
+	text     string
+	closed   bool
+}
+
+func (c *changes) lastAppend(path string) (appended, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.last[path]
+	return a, ok
+}
+
+// committed records a committed append and wakes the waiting readers.
+func (c *changes) committed(path string, a appended) {
+	c.mu.Lock()
+	if c.last == nil {
+		c.last = map[string]appended{}
+	}
+	c.last[path] = a
+	c.mu.Unlock()
+	c.notify(path)
+}
+
+// forget drops the last append of a stream that was deleted or created anew.
+func (c *changes) forget(path string) {
+	c.mu.Lock()
+	delete(c.last, path)
+	c.mu.Unlock()
+	c.notify(path)
 }
 
 func (c *changes) wait(path string) <-chan struct{} {
@@ -369,7 +407,7 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 	if created {
 		h.Set("Location", streamURL(r))
 		w.WriteHeader(http.StatusCreated)
-		s.streamChanges.notify(path)
+		s.streamChanges.forget(path)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -473,7 +511,7 @@ func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path strin
 		}
 	}
 	if !out.Duplicate && !out.AlreadyClosed {
-		s.streamChanges.notify(path)
+		s.streamChanges.committed(path, appended{created: out.Created, from: out.Tail - producer.Len16(in.Text), to: out.Tail, text: in.Text, closed: out.Closed})
 	}
 	w.WriteHeader(status)
 }
@@ -483,7 +521,7 @@ func (s *Server) streamDelete(w http.ResponseWriter, r *http.Request, path strin
 		s.streamError(w, "delete stream", err)
 		return
 	}
-	s.streamChanges.notify(path)
+	s.streamChanges.forget(path)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -577,9 +615,21 @@ func hashPath(p string) uint64 {
 	return h
 }
 
-// readFrom reads what the stream holds past from.
-func (s *Server) readFrom(ctx context.Context, path string, from producer.Seq) (m checkpoint.StreamMeta, text string, end producer.Seq, err error) {
-	return s.cfg.Streams.Read(ctx, path, from, streamsReadLimit)
+// liveRead is a waiting reader's next read: this instance's last append when it starts where
+// the reader is (prev, the reader's last read, supplies the rest of the metadata), else the
+// store.
+func (s *Server) liveRead(ctx context.Context, path string, from producer.Seq, prev *checkpoint.StreamMeta, touch bool) (checkpoint.StreamMeta, string, producer.Seq, error) {
+	if a, ok := s.streamChanges.lastAppend(path); ok && prev != nil && a.created.Equal(prev.Created) && a.from == from && (a.to > from || a.closed) {
+		m := *prev
+		m.Tail, m.Closed = a.to, a.closed
+		return m, a.text, a.to, nil
+	}
+	return s.readFrom(ctx, path, from, touch)
+}
+
+// readFrom reads what the stream holds past from; touch renews a sliding TTL.
+func (s *Server) readFrom(ctx context.Context, path string, from producer.Seq, touch bool) (m checkpoint.StreamMeta, text string, end producer.Seq, err error) {
+	return s.cfg.Streams.Read(ctx, path, from, streamsReadLimit, touch)
 }
 
 func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, m checkpoint.StreamMeta, text string, end producer.Seq, live, now bool) {
@@ -615,7 +665,7 @@ func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, path string, 
 }
 
 func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
-	m, text, end, err := s.readFrom(r.Context(), path, from)
+	m, text, end, err := s.readFrom(r.Context(), path, from, true)
 	if err != nil {
 		s.streamError(w, "read stream", err)
 		return
@@ -643,12 +693,14 @@ func (s *Server) waitChange(ctx context.Context, path string, deadline <-chan ti
 func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
 	deadline := time.NewTimer(s.cfg.StreamsLongPoll)
 	defer deadline.Stop()
-	for {
-		m, text, end, err := s.readFrom(r.Context(), path, from)
+	var prev *checkpoint.StreamMeta
+	for touch := true; ; touch = false {
+		m, text, end, err := s.liveRead(r.Context(), path, from, prev, touch)
 		if err != nil {
 			s.streamError(w, "read stream", err)
 			return
 		}
+		prev = &m
 		if end > from {
 			s.writeRead(w, r, path, from, m, text, end, true, false)
 			return
@@ -723,11 +775,13 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, 
 	defer lifetime.Stop()
 	first := true
 	cur := r.URL.Query().Get("cursor")
-	for {
-		m, text, end, err := s.readFrom(ctx, path, from)
+	var prev *checkpoint.StreamMeta
+	for touch := true; ; touch = false {
+		m, text, end, err := s.liveRead(ctx, path, from, prev, touch)
 		if err != nil {
 			return // deleted or unreachable: the client reconnects and learns which
 		}
+		prev = &m
 		var b bytes.Buffer
 		upToDate := end >= m.Tail
 		closed := upToDate && m.Closed

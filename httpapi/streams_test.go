@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"net/http"
@@ -239,4 +240,43 @@ func TestStreamsSSE(t *testing.T) {
 	require.True(t, bytes.HasPrefix([]byte(events[1]), []byte("event: control\ndata:{")))
 	require.Contains(t, events[1], `"streamClosed":true`)
 	require.Equal(t, http.StatusBadRequest, c.ds("GET", p+"?live=sse", prod, nil, "").status, "a live read needs an offset")
+}
+
+// A waiting SSE reader on the appending instance gets each append as it commits (from memory),
+// in order, then the close.
+func TestStreamsSSEFollowsAppendsLive(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serveStreams(t, w)
+	prod := token(t, "svc", "producer")
+	const p = "/v1/stream/live"
+	require.Equal(t, http.StatusCreated, c.ds("PUT", p, prod, text("text/plain"), "a").status)
+	req, err := http.NewRequestWithContext(t.Context(), "GET", c.base+p+"?live=sse&offset=now", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+prod)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	readEvent := func() string {
+		var lines []string
+		for {
+			line, err := br.ReadString('\n')
+			require.NoError(t, err)
+			if line == "\n" {
+				return strings.Join(lines, "\n")
+			}
+			lines = append(lines, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	require.Contains(t, readEvent(), `"upToDate":true`, "the first control event, at the tail")
+	for _, piece := range []string{"b", "cé", "😀"} {
+		require.Equal(t, http.StatusNoContent, c.ds("POST", p, prod, text("text/plain"), piece).status)
+		require.Equal(t, "event: data\ndata:"+piece, readEvent())
+		require.Contains(t, readEvent(), "event: control")
+	}
+	require.Equal(t, http.StatusNoContent, c.ds("POST", p, prod, http.Header{"Stream-Closed": {"true"}}, "").status)
+	last := readEvent()
+	require.Contains(t, last, `"streamClosed":true`)
+	require.Contains(t, last, `"streamNextOffset":"0000000000000006"`)
 }
