@@ -65,8 +65,9 @@ type Config struct {
 	// StreamsSSELifetime is how long a protocol SSE response lives before the server ends it
 	// (the protocol asks for about a minute). Defaults to DefaultStreamsSSELifetime.
 	StreamsSSELifetime time.Duration
-	// StreamsPollInterval is how often a waiting protocol reader re-reads the store, to see
-	// another instance's appends. Defaults to DefaultStreamsPollInterval.
+	// StreamsPollInterval is how often a waiting protocol reader re-reads the store even when
+	// nothing woke it: another instance's appends arrive through the view, and this bounds
+	// how late they can be if the view lags. Defaults to DefaultStreamsPollInterval.
 	StreamsPollInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

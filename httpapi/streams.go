@@ -22,6 +22,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/ivm"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -34,7 +35,8 @@ import (
 // Every append is committed before it is answered (checkpoint.Protocol), so an acknowledged
 // append is durable; streams are rows, not live producers, so no restart, drain or sweep ever
 // seals one, and any instance serves any stream. Waiting readers on the appending instance
-// are woken at once; readers on other instances notice within StreamsPollInterval.
+// are woken at once; readers on other instances when the view (CDC) shows the append, and at
+// the latest within StreamsPollInterval.
 
 // StreamsPrefix is where protocol streams live; the path after it names the stream.
 const StreamsPrefix = "/v1/stream/"
@@ -57,7 +59,7 @@ const (
 const (
 	DefaultStreamsLongPoll     = 20 * time.Second
 	DefaultStreamsSSELifetime  = 60 * time.Second
-	DefaultStreamsPollInterval = 250 * time.Millisecond
+	DefaultStreamsPollInterval = 2 * time.Second
 	streamsReadLimit           = 4096 // appends per catch-up response
 	// StreamsMaxBodyBytes bounds one protocol append (or create) body.
 	StreamsMaxBodyBytes = 8 << 20
@@ -673,13 +675,37 @@ func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, path stri
 	s.writeRead(w, r, path, from, m, text, end, false, now)
 }
 
-// waitChange waits for the stream to change on this instance, the poll interval (another
-// instance's append), or the deadline; false when ctx or the deadline ended the wait.
-func (s *Server) waitChange(ctx context.Context, path string, deadline <-chan time.Time) bool {
-	t := time.NewTimer(s.cfg.StreamsPollInterval)
+// waiter is one live reader's way of waiting for the stream to move past its offset.
+type waiter struct {
+	s        *Server
+	path, id string // the stream's path and message row
+	useView  bool   // false after a view wake that brought nothing (a lagging or stale entry)
+	byView   bool   // the last wake came from the view
+}
+
+// wait waits for this instance's next change to the stream; the view (fed by CDC) showing the
+// stream past from or closed, which is how another instance's append arrives; the poll
+// interval, a safety net; or the deadline. It reports false when ctx or the deadline ended it.
+func (wt *waiter) wait(ctx context.Context, from producer.Seq, deadline <-chan time.Time) bool {
+	t := time.NewTimer(wt.s.cfg.StreamsPollInterval)
 	defer t.Stop()
+	vctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	viewed := make(chan struct{})
+	if wt.useView {
+		go func() {
+			_, err := wt.s.cfg.View.WaitFunc(vctx, wt.id, func(m ivm.Message) bool { return m.Seq > from || m.Status.Terminal() })
+			if err == nil {
+				close(viewed)
+			}
+		}()
+	}
+	wt.byView = false
 	select {
-	case <-s.streamChanges.wait(path):
+	case <-wt.s.streamChanges.wait(wt.path):
+		return true
+	case <-viewed:
+		wt.byView = true
 		return true
 	case <-t.C:
 		return true
@@ -690,10 +716,22 @@ func (s *Server) waitChange(ctx context.Context, path string, deadline <-chan ti
 	}
 }
 
+// moved records whether the read after a wake brought anything: a view wake that did not
+// stops consulting the view (no busy loop on a stale entry) until a read moves again.
+func (wt *waiter) moved(yes bool) {
+	switch {
+	case yes:
+		wt.useView = true
+	case wt.byView:
+		wt.useView = false
+	}
+}
+
 func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
 	deadline := time.NewTimer(s.cfg.StreamsLongPoll)
 	defer deadline.Stop()
 	var prev *checkpoint.StreamMeta
+	wt := &waiter{s: s, path: path, id: checkpoint.ProtocolMessageID(path), useView: true}
 	for touch := true; ; touch = false {
 		m, text, end, err := s.liveRead(r.Context(), path, from, prev, touch)
 		if err != nil {
@@ -705,7 +743,8 @@ func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path str
 			s.writeRead(w, r, path, from, m, text, end, true, false)
 			return
 		}
-		if m.Closed || !s.waitChange(r.Context(), path, deadline.C) {
+		wt.moved(touch)
+		if m.Closed || !wt.wait(r.Context(), from, deadline.C) {
 			h := w.Header()
 			metaHeaders(h, m)
 			h.Del("Content-Type")
@@ -776,12 +815,14 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, 
 	first := true
 	cur := r.URL.Query().Get("cursor")
 	var prev *checkpoint.StreamMeta
+	wt := &waiter{s: s, path: path, id: checkpoint.ProtocolMessageID(path), useView: true}
 	for touch := true; ; touch = false {
 		m, text, end, err := s.liveRead(ctx, path, from, prev, touch)
 		if err != nil {
 			return // deleted or unreachable: the client reconnects and learns which
 		}
 		prev = &m
+		wt.moved(touch || end > from || m.Closed)
 		var b bytes.Buffer
 		upToDate := end >= m.Tail
 		closed := upToDate && m.Closed
@@ -813,7 +854,7 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, 
 		if !upToDate {
 			continue // more than one read holds: no wait
 		}
-		if !s.waitChange(ctx, path, lifetime.C) {
+		if !wt.wait(ctx, from, lifetime.C) {
 			return
 		}
 	}

@@ -43,6 +43,8 @@ func (c client) ds(method, path, tok string, header http.Header, body string) ds
 
 func text(ct string) http.Header { return http.Header{"Content-Type": {ct}} }
 
+// serveStreams serves the protocol with a poll interval longer than any wait in these tests:
+// a reader is woken by its own instance's append or by the view, or not at all.
 func serveStreams(t *testing.T, w *world) client {
 	t.Helper()
 	streams, err := checkpoint.NewProtocol(w.db.Pool)
@@ -50,7 +52,7 @@ func serveStreams(t *testing.T, w *world) client {
 	return serve(t, w, func(c *httpapi.Config) {
 		c.Streams = streams
 		c.StreamsLongPoll = 3 * time.Second
-		c.StreamsPollInterval = 20 * time.Millisecond
+		c.StreamsPollInterval = time.Hour
 	})
 }
 
@@ -175,7 +177,7 @@ func TestStreamsJSONMode(t *testing.T) {
 }
 
 // A reader waiting on one instance is answered when another instance appends: no instance
-// hosts a protocol stream.
+// hosts a protocol stream, and the append reaches the waiting instance through CDC and its view.
 func TestStreamsLongPollSeesAnotherInstancesAppend(t *testing.T) {
 	t.Parallel()
 	w := setup(t)
