@@ -61,6 +61,7 @@ const (
 	DefaultStreamsSSELifetime  = 60 * time.Second
 	DefaultStreamsPollInterval = 2 * time.Second
 	streamsReadLimit           = 4096 // appends per catch-up response
+	maxStreamPath              = 1024
 	// StreamsMaxBodyBytes bounds one protocol append (or create) body.
 	StreamsMaxBodyBytes = 8 << 20
 )
@@ -254,8 +255,12 @@ func (s *Server) serveStreams(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
 	path := strings.TrimPrefix(r.URL.Path, StreamsPrefix)
-	if path == "" || strings.Contains(path, "..") {
-		streamProblem(w, http.StatusBadRequest, "a stream path is required after "+StreamsPrefix)
+	switch {
+	case path == "" || strings.Contains(path, ".."):
+		streamProblem(w, http.StatusBadRequest, "a stream path (without ..) is required after "+StreamsPrefix)
+		return
+	case len(path) > maxStreamPath:
+		streamProblem(w, http.StatusBadRequest, fmt.Sprintf("a stream path is at most %d bytes", maxStreamPath))
 		return
 	}
 	if r.Method == http.MethodOptions {
