@@ -142,7 +142,7 @@ func (s *Server) sealedBy(r *http.Request, id string, from producer.Seq) bool {
 }
 
 // eventsAuth is the Authorization header, or else the access_token query parameter: a
-// browser's EventSource cannot set headers.
+// browser's EventSource cannot set headers. The event stream and the protocol's routes use it.
 func eventsAuth(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
 		return h

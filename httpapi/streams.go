@@ -267,7 +267,7 @@ func (s *Server) serveStreams(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	c, err := s.claims(authHeader(r))
+	c, err := s.claims(eventsAuth(r))
 	if err != nil {
 		writeProblem(w, err)
 		return
@@ -292,17 +292,6 @@ func (s *Server) serveStreams(w http.ResponseWriter, r *http.Request) {
 		h.Set("Allow", "GET, HEAD, PUT, POST, DELETE")
 		streamProblem(w, http.StatusMethodNotAllowed, r.Method+" is not a stream operation")
 	}
-}
-
-// authHeader is the bearer token from the header, or ?access_token= (EventSource).
-func authHeader(r *http.Request) string {
-	if v := r.Header.Get("Authorization"); v != "" {
-		return v
-	}
-	if tok := r.URL.Query().Get("access_token"); tok != "" {
-		return "Bearer " + tok
-	}
-	return ""
 }
 
 // streamError answers a store error.

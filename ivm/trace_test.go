@@ -18,33 +18,10 @@ import (
 // traceparent through the WAL and the reader, and the view's apply span joins the same trace.
 func TestOneTraceFromCheckpointToView(t *testing.T) {
 	t.Parallel()
-	w := setup(t)
+	w, _, spans, applied, plane := traced(t)
 	ctx := t.Context()
-	spans := tracetest.NewInMemoryExporter()
-	tel, shutdown, err := rotel.Setup(ctx, rotel.Config{SpanExporter: spans})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, shutdown(context.Background())) }()
 
-	w.view.Stop()
-	applied := make(chan string, 100)
-	v, err := ivm.New(ivm.Config{Subscriber: w.broker, Pool: w.db.Pool, OnApplyFunc: func(tx *cdc.Tx, lag time.Duration) {
-		tel.Instruments.ObserveApply(lag, tx.Traceparent())
-		if tp := tx.Traceparent(); tp != "" {
-			applied <- tp
-		}
-	}})
-	require.NoError(t, err)
-	require.NoError(t, v.Start(ctx))
-	w.view = v
-	plane, err := producer.New(producer.Config{
-		Committer:         w.store,
-		Authorize:         func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
-		CommitContextFunc: tel.Instruments.CommitContext,
-	})
-	require.NoError(t, err)
-	defer plane.Close()
-
-	_, err = w.db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('m')")
+	_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('m')")
 	require.NoError(t, err)
 	s, err := plane.Open(ctx, producer.OpenStreamInput{StreamID: "m"})
 	require.NoError(t, err)
@@ -52,10 +29,13 @@ func TestOneTraceFromCheckpointToView(t *testing.T) {
 	_, err = s.Flush(ctx)
 	require.NoError(t, err)
 	var tp string
-	select {
-	case tp = <-applied:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the view never applied a traced transaction")
+	for deadline := time.After(20 * time.Second); tp == ""; {
+		select {
+		case tx := <-applied:
+			tp = tx.Traceparent()
+		case <-deadline:
+			t.Fatal("the view never applied a traced transaction")
+		}
 	}
 	var stored string
 	require.NoError(t, w.db.Pool.QueryRow(ctx, "SELECT traceparent FROM message_chunks WHERE stream_id = 'm'").Scan(&stored))
@@ -82,32 +62,11 @@ func TestOneTraceFromCheckpointToView(t *testing.T) {
 // its context travels as a transactional logical-decoding message.
 func TestRequestsLinkToTheirCheckpointAndTheSealIsApplyTraced(t *testing.T) {
 	t.Parallel()
-	w := setup(t)
+	w, tel, spans, applied, plane := traced(t)
 	ctx := t.Context()
-	spans := tracetest.NewInMemoryExporter()
-	tel, shutdown, err := rotel.Setup(ctx, rotel.Config{SpanExporter: spans})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, shutdown(context.Background())) }()
-
-	w.view.Stop()
-	applied := make(chan *cdc.Tx, 100)
-	v, err := ivm.New(ivm.Config{Subscriber: w.broker, Pool: w.db.Pool, OnApplyFunc: func(tx *cdc.Tx, lag time.Duration) {
-		tel.Instruments.ObserveApply(lag, tx.Traceparent())
-		applied <- tx
-	}})
-	require.NoError(t, err)
-	require.NoError(t, v.Start(ctx))
-	w.view = v
-	plane, err := producer.New(producer.Config{
-		Committer:         w.store,
-		Authorize:         func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
-		CommitContextFunc: tel.Instruments.CommitContext,
-	})
-	require.NoError(t, err)
-	defer plane.Close()
 
 	tracer := tel.TracerProvider.Tracer("test")
-	_, err = w.db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('m')")
+	_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('m')")
 	require.NoError(t, err)
 	s, err := plane.Open(ctx, producer.OpenStreamInput{StreamID: "m"})
 	require.NoError(t, err)
@@ -167,4 +126,32 @@ func TestRequestsLinkToTheirCheckpointAndTheSealIsApplyTraced(t *testing.T) {
 	}
 	require.True(t, parents[sealCP.SpanContext.SpanID().String()], "the seal has its apply span, a child of the seal's checkpoint")
 	require.True(t, parents[appendCP.SpanContext.SpanID().String()])
+}
+
+// traced is a world whose view reports every applied transaction on applied (and traces its
+// apply), and a plane whose checkpoints are traced: the spans land in spans.
+func traced(t *testing.T) (*world, *rotel.Telemetry, *tracetest.InMemoryExporter, chan *cdc.Tx, *producer.Plane) {
+	t.Helper()
+	w := setup(t)
+	spans := tracetest.NewInMemoryExporter()
+	tel, shutdown, err := rotel.Setup(t.Context(), rotel.Config{SpanExporter: spans})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, shutdown(context.Background())) })
+	w.view.Stop()
+	applied := make(chan *cdc.Tx, 100)
+	v, err := ivm.New(ivm.Config{Subscriber: w.broker, Pool: w.db.Pool, OnApplyFunc: func(tx *cdc.Tx, lag time.Duration) {
+		tel.Instruments.ObserveApply(lag, tx.Traceparent())
+		applied <- tx
+	}})
+	require.NoError(t, err)
+	require.NoError(t, v.Start(t.Context()))
+	w.view = v
+	plane, err := producer.New(producer.Config{
+		Committer:         w.store,
+		Authorize:         func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
+		CommitContextFunc: tel.Instruments.CommitContext,
+	})
+	require.NoError(t, err)
+	t.Cleanup(plane.Close)
+	return w, tel, spans, applied, plane
 }
