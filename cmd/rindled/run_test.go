@@ -141,7 +141,7 @@ func TestMigrateAppliesTheSchema(t *testing.T) {
 	db := pgtest.NewBareDB(t)
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"migrate"}, envOf(map[string]string{"DATABASE_URL": db.URL}), &out, io.Discard))
-	require.Contains(t, out.String(), "applied migrations [1 2 3 4]")
+	require.Contains(t, out.String(), "applied migrations [1 2 3 4 5]")
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"migrate"}, envOf(map[string]string{"DATABASE_URL": db.URL}), &out, io.Discard))
 	require.Contains(t, out.String(), "applied migrations []", "idempotent")
