@@ -56,8 +56,8 @@ func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	t := cfg.Tables.orDefault().resolve()
-	if err := t.validate(); err != nil {
+	t, err := cfg.Tables.resolved()
+	if err != nil {
 		return nil, err
 	}
 	c := t.Columns

@@ -25,8 +25,8 @@ func (e *SchemaError) Error() string {
 // fails at start-up with the missing name instead of as an SQL error at the first open. It
 // checks names, not types. A zero t is DefaultTables().
 func CheckSchema(ctx context.Context, db DB, t Tables) error {
-	t = t.orDefault().resolve()
-	if err := t.validate(); err != nil {
+	t, err := t.resolved()
+	if err != nil {
 		return err
 	}
 	c := t.Columns

@@ -63,8 +63,8 @@ func New(cfg Config) (*Store, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	t := cfg.Tables.orDefault().resolve()
-	if err := t.validate(); err != nil {
+	t, err := cfg.Tables.resolved()
+	if err != nil {
 		return nil, err
 	}
 	c := t.Columns

@@ -295,8 +295,8 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	t := cfg.Tables.orDefault().resolve()
-	if err := t.validate(); err != nil {
+	t, err := cfg.Tables.resolved()
+	if err != nil {
 		return nil, err
 	}
 	if t.Columns.Host == "" {

@@ -154,8 +154,8 @@ func ParseChunkID(id string) (streamID string, seq producer.Seq, err error) {
 // chunks, as ON DELETE CASCADE did. A named ChunkKey gets a unique text column. The message
 // table is the app's.
 func ChunkTableDDL(t Tables) ([]string, error) {
-	t = t.orDefault().resolve()
-	if err := t.validate(); err != nil {
+	t, err := t.resolved()
+	if err != nil {
 		return nil, err
 	}
 	c := t.Columns
@@ -177,13 +177,18 @@ func ChunkTableDDL(t Tables) ([]string, error) {
 	}, nil
 }
 
+// resolved is t with the one default (a zero t is DefaultTables()) and every empty name's
+// default applied, its names validated: what each constructor here works from.
+func (t Tables) resolved() (Tables, error) {
+	r := t.orDefault().resolve()
+	return r, r.validate()
+}
+
 // ResolveTables applies the defaults to t and validates its names, for packages that read the
 // same tables (cdc, ivm). A nil or zero t means DefaultTables().
 func ResolveTables(t *Tables) (Tables, error) {
-	r := DefaultTables()
-	if t != nil {
-		r = t.orDefault()
+	if t == nil {
+		return Tables{}.resolved()
 	}
-	r = r.resolve()
-	return r, r.validate()
+	return t.resolved()
 }
