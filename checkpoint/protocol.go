@@ -108,7 +108,18 @@ type AppendStream struct {
 	StreamSeq         string
 	Producer          *ProducerRef
 	SameType          func(a, b string) bool
+	// Invalid, if set, is why the body cannot be stored (the caller could not encode it; Text
+	// is then the raw body). Append reports it as an *InvalidBodyError, in the protocol's
+	// order: after the closed and content-type checks, before anything is written.
+	Invalid error
 }
+
+// InvalidBodyError is an append whose body the stream cannot hold.
+type InvalidBodyError struct{ Err error }
+
+func (e *InvalidBodyError) Error() string { return e.Err.Error() }
+
+func (e *InvalidBodyError) Unwrap() error { return e.Err }
 
 // AppendOutcome is what an append did.
 type AppendOutcome struct {
@@ -301,6 +312,9 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 		}
 		if in.Text != "" && !in.SameType(m.ContentType, in.ContentType) {
 			return ErrContentTypeMismatch
+		}
+		if in.Invalid != nil {
+			return &InvalidBodyError{Err: in.Invalid}
 		}
 		if in.Producer != nil {
 			dup, err := checkProducer(ctx, tx, in.Path, *in.Producer)

@@ -303,6 +303,8 @@ func (s *Server) streamError(w http.ResponseWriter, op string, err error) {
 		streamProblem(w, http.StatusNotFound, "no such stream")
 	case errors.Is(err, checkpoint.ErrStreamExists):
 		streamProblem(w, http.StatusConflict, "a stream with another configuration exists at this path")
+	case errors.As(err, new(*checkpoint.InvalidBodyError)):
+		streamProblem(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, checkpoint.ErrContentTypeMismatch):
 		streamProblem(w, http.StatusConflict, "the content type is not the stream's")
 	case errors.Is(err, checkpoint.ErrSeqRegression):
@@ -469,24 +471,14 @@ func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path strin
 			streamProblem(w, http.StatusBadRequest, "an append needs a Content-Type")
 			return
 		}
-		// The stream's type decides the encoding; a mismatch is the store's 409, after the
-		// closed check the protocol puts first.
-		m, err := s.cfg.Streams.Head(r.Context(), path)
+		// Encoded by the request's type: when it is not the stream's, the store refuses it
+		// (409). A body that cannot be encoded travels raw with the reason, so the store
+		// answers in the protocol's order (closed, then type, then the body) and writes nothing.
+		text, err := encodeBody(ct, body, false)
 		if err != nil {
-			s.streamError(w, "append", err)
-			return
+			text, in.Invalid = string(body), err
 		}
-		enc := ct
-		if !sameType(ct, m.ContentType) {
-			enc = "text/plain" // encoded only to be refused
-		}
-		if in.Text, err = encodeBody(enc, body, false); err != nil && sameType(ct, m.ContentType) && !m.Closed {
-			streamProblem(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if in.Text == "" {
-			in.Text = string(body) // refused as closed or mismatched by the store
-		}
+		in.Text = text
 	}
 	out, err := s.cfg.Streams.Append(r.Context(), in)
 	if err != nil {
