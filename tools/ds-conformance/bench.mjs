@@ -10,7 +10,7 @@
 import { mkdtempSync, chmodSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startRindled } from "./run.mjs";
+import { rindled } from "./run.mjs";
 
 const args = process.argv.slice(2);
 const num = (name, def) => {
@@ -127,7 +127,7 @@ async function measure(c, tag) {
 
 const work = mkdtempSync(join(tmpdir(), "ds-bench-"));
 chmodSync(work, 0o755);
-const r = await startRindled(work);
+const r = await rindled(work);
 const { DurableStreamTestServer } = await import("@durable-streams/server");
 const ref = new DurableStreamTestServer({ port: 0, dataDir: join(work, "reference"), compression: false });
 const refBase = await ref.start();

@@ -8,15 +8,15 @@
 //   node run.mjs                 rindled
 //   node run.mjs --reference     the npm reference server (@durable-streams/server), in memory
 //   node run.mjs --keep          keep the work directory (logs, vitest's JSON report)
-import { spawn, execFileSync } from "node:child_process";
+import { spawn } from "node:child_process";
+import { startRindled } from "../rindled.mjs";
 import { mkdtempSync, chmodSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
-import { join, dirname, resolve } from "node:path";
+import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, "../..");
 const args = process.argv.slice(2);
 const flag = (name, def) => {
   const i = args.indexOf(name);
@@ -27,31 +27,12 @@ const keep = args.includes("--keep");
 const floor = Number(flag("--floor", reference ? "0" : "228"));
 const longPollMs = Number(flag("--long-poll-ms", "10000"));
 
-// startRindled builds rindled and starts it on a private cluster in work.
-export async function startRindled(work, extraArgs = []) {
-  const bin = join(work, "rindled");
-  execFileSync("go", ["build", "-o", bin, "./cmd/rindled"], { cwd: repo, stdio: "inherit" });
-  const data = join(work, "data");
-  // The server's long-polls end well inside the suite's wait for them.
-  // CORS on for any origin: the suite checks preflights as a browser would send them.
-  const proc = spawn(bin, ["-addr", "127.0.0.1:0", "-data", data, "-demo", "false", "-cors-origins", "*",
-    "-streams-long-poll", `${Math.max(1000, longPollMs - 5000)}ms`, ...extraArgs], { stdio: ["ignore", "pipe", "pipe"] });
-  let log = "";
-  proc.stderr.on("data", (b) => (log += b));
-  const base = await new Promise((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`rindled never listened:\n${log}`)), 120_000);
-    proc.stdout.on("data", (b) => {
-      log += b;
-      const m = /url=(http:\/\/\S+)/.exec(log);
-      if (m) {
-        clearTimeout(timer);
-        ok(m[1]);
-      }
-    });
-    proc.on("exit", (code) => fail(new Error(`rindled exited ${code}:\n${log}`)));
-  });
-  const token = execFileSync(bin, ["token", "-data", data, "-sub", "conformance", "-scope", "producer"], { encoding: "utf8" }).trim();
-  return { proc, base, token, log: () => log };
+// rindled starts rindled (tools/rindled.mjs) with CORS on for any origin (the suite checks
+// preflights as a browser sends them) and long-polls that end well inside the suite's wait for
+// them, and mints a producer token.
+export async function rindled(work) {
+  const r = await startRindled(work, ["-cors-origins", "*", "-streams-long-poll", `${Math.max(1000, longPollMs - 5000)}ms`]);
+  return { ...r, token: r.token("-sub", "conformance", "-scope", "producer") };
 }
 
 // authProxy forwards every request to target with the bearer token added, streaming both ways.
@@ -84,7 +65,7 @@ async function main() {
     baseUrl = await srv.start();
     stop = () => srv.stop();
   } else {
-    const r = await startRindled(work);
+    const r = await rindled(work);
     const proxy = await authProxy(r.base, r.token);
     baseUrl = proxy.url;
     stop = async () => {

@@ -17,16 +17,17 @@
 //   npm ci && node compare.mjs [--readers 100] [--rate 100] [--seconds 5] [--runs 3]
 //
 // It needs redis-server on PATH (Debian: apt-get install -y redis-server) and Go.
-import { spawn, execFileSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, chmodSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { createServer } from "node:net";
 import { createServer as createHttpServer } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { createClient } from "redis";
 import { createResumableStreamContext } from "resumable-stream";
+import { startRindled } from "../rindled.mjs";
 
 const { values: opt } = parseArgs({
   options: {
@@ -38,7 +39,6 @@ const { values: opt } = parseArgs({
 });
 const K = Number(opt.readers), RATE = Number(opt.rate), SECONDS = Number(opt.seconds), RUNS = Number(opt.runs);
 const DELTAS = RATE * SECONDS;
-const repo = resolve(import.meta.dirname, "../..");
 
 function freePort() {
   return new Promise((ok, fail) => {
@@ -146,27 +146,9 @@ async function runResumable(redisUrl, run) {
   return summarize("resumable-stream + Redis", lat, cpu);
 }
 
-async function startRindled(work) {
-  const bin = join(work, "rindled");
-  execFileSync("go", ["build", "-o", bin, "./cmd/rindled"], { cwd: repo, stdio: "inherit" });
-  const data = join(work, "data");
-  const proc = spawn(bin, ["-addr", "127.0.0.1:0", "-data", data, "-demo", "false"], { stdio: ["ignore", "pipe", "pipe"] });
-  let log = "";
-  proc.stderr.on("data", (b) => (log += b));
-  const base = await new Promise((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`rindled never listened:\n${log}`)), 90_000);
-    proc.stdout.on("data", (b) => {
-      log += b;
-      const m = /url=(http:\/\/\S+)/.exec(log);
-      if (m) {
-        clearTimeout(timer);
-        ok(m[1]);
-      }
-    });
-    proc.on("exit", (code) => fail(new Error(`rindled exited ${code}:\n${log}`)));
-  });
-  const token = (...args) => execFileSync(bin, ["token", "-data", data, ...args], { encoding: "utf8" }).trim();
-  return { proc, base, producer: token("-sub", "bench", "-scope", "producer"), reader: token("-sub", "alice") };
+async function rindled(work) {
+  const r = await startRindled(work);
+  return { ...r, producer: r.token("-sub", "bench", "-scope", "producer"), reader: r.token("-sub", "alice") };
 }
 
 async function runRindled(srv, run) {
@@ -237,7 +219,7 @@ const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127
 let srv;
 try {
   console.error("starting rindled…");
-  srv = await startRindled(work);
+  srv = await rindled(work);
   console.error("rindled at", srv.base);
   await sleep(300);
   const rows = [];
