@@ -577,9 +577,9 @@ func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string,
 	}
 	switch live {
 	case "sse":
-		s.streamSSE(w, r, path, from, now)
+		s.streamSSE(w, r, path, from, m)
 	case "long-poll":
-		s.streamLongPoll(w, r, path, from, now)
+		s.streamLongPoll(w, r, path, from)
 	default:
 		s.streamCatchUp(w, r, path, from, now)
 	}
@@ -713,7 +713,7 @@ func (wt *waiter) moved(yes bool) {
 	}
 }
 
-func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
+func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path string, from producer.Seq) {
 	deadline := time.NewTimer(s.cfg.StreamsLongPoll)
 	defer deadline.Stop()
 	var prev *checkpoint.StreamMeta
@@ -774,7 +774,8 @@ type control struct {
 	StreamClosed     bool   `json:"streamClosed,omitempty"`
 }
 
-func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
+// streamSSE serves an SSE read; m0 is the stream as the read's authorization found it.
+func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, m0 checkpoint.StreamMeta) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		streamProblem(w, http.StatusInternalServerError, "the connection cannot stream")
@@ -784,11 +785,6 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, 
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	m0, err := s.cfg.Streams.Head(r.Context(), path)
-	if err != nil {
-		s.streamError(w, "read stream", err)
-		return
-	}
 	b64 := !textual(m0.ContentType)
 	if b64 {
 		h.Set("Stream-SSE-Data-Encoding", "base64")
