@@ -32,6 +32,7 @@ type LiveStream struct {
 	cancelCh   chan struct{} // closed once cancelled
 	detached   bool          // the plane closed: no more commits, timers or readers
 	subs       []*subscriber
+	arena      frameArena // the shared live frames readers queue
 	sealing    *sealRequest
 	sealDone   chan struct{} // closed once ended
 	sealTry    chan struct{} // closed, and replaced, after each seal attempt that failed
@@ -828,10 +829,10 @@ func (s *LiveStream) fanoutLocked(f Frame) {
 		return
 	}
 	// A live frame is the same bytes for every reader: encode it once, here, and share them.
-	sse := AppendSSE(nil, f)
+	q := s.arena.encode(f)
 	for i := 0; i < len(s.subs); {
 		sub := s.subs[i]
-		if !sub.offer(f, sse) {
+		if !sub.offer(q) {
 			// Bounded, then dropped: a reader that stopped draining costs itself a rejoin.
 			s.removeSubLocked(sub, true)
 			sub.finish(Frame{Type: FrameStale, FloorSeq: s.buf.from, DurableSeq: s.durableSeq})
@@ -878,12 +879,12 @@ func (s *LiveStream) subscribe(from Seq) *Subscription {
 	// half the reader holds rather than starting mid-character.
 	at, off := s.buf.locate(at)
 	// The join frames bypass the cap: they are one snapshot, however small the cap.
-	sub.queue = append(sub.queue, queued{f: Frame{Type: FrameOpen, StreamID: s.id, From: at, Seq: s.seq, DurableSeq: s.durableSeq, Ended: s.ended}})
+	sub.queue = append(sub.queue, &queued{f: Frame{Type: FrameOpen, StreamID: s.id, From: at, Seq: s.seq, DurableSeq: s.durableSeq, Ended: s.ended}})
 	if s.seq > at {
-		sub.queue = append(sub.queue, queued{f: Frame{Type: FrameChunk, From: at, Seq: s.seq, Text: string(s.buf.b[off:])}})
+		sub.queue = append(sub.queue, &queued{f: Frame{Type: FrameChunk, From: at, Seq: s.seq, Text: string(s.buf.b[off:])}})
 	}
 	if s.durableSeq > at {
-		sub.queue = append(sub.queue, queued{f: Frame{Type: FrameDurable, Seq: s.durableSeq}})
+		sub.queue = append(sub.queue, &queued{f: Frame{Type: FrameDurable, Seq: s.durableSeq}})
 	}
 	if s.ended {
 		sub.finish(s.endFrame)

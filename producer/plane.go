@@ -693,7 +693,7 @@ func (p *Plane) relaySubscription(streamID string, from Seq, src FrameSource) *S
 				sub.finish(f)
 				return false
 			}
-			if !sub.offer(f, nil) {
+			if !sub.offer(&queued{f: f}) {
 				// The same bound as a local reader.
 				if st := conform.Fail(); len(st) > 0 {
 					sub.finish(st[0])

@@ -16,7 +16,7 @@ import (
 // close releases the subscriber's own mutex before it calls detach.
 type subscriber struct {
 	mu     sync.Mutex
-	queue  []queued
+	queue  []*queued
 	head   int
 	done   bool // no more frames will be queued: a terminal is queued, or the reader closed
 	closed bool // the reader let go; Next returns io.EOF
@@ -26,7 +26,8 @@ type subscriber struct {
 	idx    int // position in the owning LiveStream's subs slice
 }
 
-// queued is a frame and, for a live frame, its SSE encoding, made once for every reader.
+// queued is a frame and, for a live frame, its SSE encoding, made once for every reader. A live
+// frame's queued is shared by every reader's queue (see frameArena): never modify one once queued.
 type queued struct {
 	f   Frame
 	sse []byte
@@ -45,7 +46,7 @@ func (s *subscriber) wake() {
 
 // offer queues a frame (with its shared SSE encoding, or nil). It returns false when the queue
 // is full: the caller drops the reader.
-func (s *subscriber) offer(f Frame, sse []byte) bool {
+func (s *subscriber) offer(q *queued) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done {
@@ -54,8 +55,13 @@ func (s *subscriber) offer(f Frame, sse []byte) bool {
 	if len(s.queue)-s.head >= s.cap {
 		return false
 	}
-	s.queue = append(s.queue, queued{f, sse})
-	s.wake()
+	// Only the first frame of an empty queue needs the token: a reader waits only after a poll
+	// found the queue empty, and frames behind the first are taken by the polls that follow it.
+	empty := len(s.queue) == s.head
+	s.queue = append(s.queue, q)
+	if empty {
+		s.wake()
+	}
 	return true
 }
 
@@ -66,31 +72,31 @@ func (s *subscriber) finish(f Frame) {
 	if s.done {
 		return
 	}
-	s.queue = append(s.queue, queued{f: f})
+	s.queue = append(s.queue, &queued{f: f})
 	s.done = true
 	s.wake()
 }
 
-// poll takes the next frame without blocking. ok is false when none is queued; end is true when
+// poll takes the next frame without blocking. q is nil when none is queued; end is true when
 // none ever will be.
-func (s *subscriber) poll() (q queued, ok, end bool) {
+func (s *subscriber) poll() (q *queued, end bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return queued{}, false, true
+		return nil, true
 	}
 	if s.head < len(s.queue) {
 		q = s.queue[s.head]
-		s.queue[s.head] = queued{}
+		s.queue[s.head] = nil
 		s.head++
 		if s.head == len(s.queue) {
 			// Reuse the backing array: a steady reader queues and pulls without allocating.
 			s.queue = s.queue[:0]
 			s.head = 0
 		}
-		return q, true, false
+		return q, false
 	}
-	return queued{}, false, s.done
+	return nil, s.done
 }
 
 // close drops the queue and detaches the reader. Idempotent.
@@ -132,8 +138,8 @@ func (s *Subscription) Next(ctx context.Context) (Frame, error) {
 // yourself. The bytes are shared: never modify them.
 func (s *Subscription) NextEncoded(ctx context.Context) (Frame, []byte, error) {
 	for {
-		q, ok, end := s.sub.poll()
-		if ok {
+		q, end := s.sub.poll()
+		if q != nil {
 			return q.f, q.sse, nil
 		}
 		if end {
