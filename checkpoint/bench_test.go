@@ -253,10 +253,11 @@ func BenchmarkWALPerByte(b *testing.B) {
 }
 
 // BenchmarkCheckpointSaturation is the durable plane's ceiling beside PostgreSQL's own: 16
-// streams (rindled's default pool on this machine) checkpoint back to back through the Store,
-// then pgbench runs the same checkpoint statement from 16 clients against the same database,
-// for the same time. It reports both rates and their ratio (the Store's share of what the
-// server can do with that statement). Both sides commit with fsync on.
+// streams (rindled's default pool on this machine) checkpoint back to back through the Store
+// (its default group commit), then through a Store with group commit off, then pgbench runs the
+// same checkpoint statement from 16 clients, one per transaction, against the same database,
+// for the same time. It reports the three rates and the Stores' ratios to pgbench (their share
+// of what the server does with that statement). Every side commits with fsync on.
 func BenchmarkCheckpointSaturation(b *testing.B) {
 	pgbench, err := pgcluster.Binary("pgbench")
 	if err != nil {
@@ -267,32 +268,38 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 	for b.Loop() {
 		db := pgtest.NewDBWith(b, clients)
 		ctx := b.Context()
-		store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), HostID: "bench"})
-		require.NoError(b, err)
-		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner) SELECT 's' || g, 'bench' FROM generate_series(1, $1) g`, clients)
+		_, err := db.Pool.Exec(ctx, `INSERT INTO messages (id, owner) SELECT p || g, 'bench' FROM generate_series(1, $1) g, unnest(ARRAY['s', 'u']) p`, clients)
 		require.NoError(b, err)
 		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status, host) SELECT 'p' || g, 'bench', 'streaming', 'bench' FROM generate_series(0, $1 - 1) g`, clients)
 		require.NoError(b, err)
-		var done atomic.Int64
-		var wg sync.WaitGroup
-		deadline := time.Now().Add(runFor)
-		for i := range clients {
-			id := fmt.Sprintf("s%d", i+1)
-			require.NoError(b, store.Open(ctx, producer.OpenInput{StreamID: id}))
-			wg.Go(func() {
-				var at producer.Seq
-				for time.Now().Before(deadline) {
-					if _, err := store.Append(ctx, producer.AppendInput{StreamID: id, From: at, Seq: at + 300, Text: text}); err != nil {
-						b.Error(err)
-						return
+		// rate runs the clients through a Store for runFor: prefix names their streams.
+		rate := func(prefix string, cfg checkpoint.Config) float64 {
+			cfg.DB, cfg.HostID = checkpoint.PoolDB(db.Pool), "bench"
+			store, err := checkpoint.New(cfg)
+			require.NoError(b, err)
+			var done atomic.Int64
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(runFor)
+			for i := range clients {
+				id := fmt.Sprintf("%s%d", prefix, i+1)
+				require.NoError(b, store.Open(ctx, producer.OpenInput{StreamID: id}))
+				wg.Go(func() {
+					var at producer.Seq
+					for time.Now().Before(deadline) {
+						if _, err := store.Append(ctx, producer.AppendInput{StreamID: id, From: at, Seq: at + 300, Text: text}); err != nil {
+							b.Error(err)
+							return
+						}
+						at += 300
+						done.Add(1)
 					}
-					at += 300
-					done.Add(1)
-				}
-			})
+				})
+			}
+			wg.Wait()
+			return float64(done.Load()) / runFor.Seconds()
 		}
-		wg.Wait()
-		ours := float64(done.Load()) / runFor.Seconds()
+		ours := rate("s", checkpoint.Config{})
+		alone := rate("u", checkpoint.Config{MaxGroup: 1}) // group commit off: one transaction per checkpoint
 
 		// The same statement Store.Append sends (the length CAS driving the chunk insert), its
 		// offsets computed in SQL because a pgbench client keeps no state between transactions.
@@ -315,7 +322,9 @@ SELECT * FROM cas;
 		theirs, err := strconv.ParseFloat(string(m[1]), 64)
 		require.NoError(b, err)
 		b.ReportMetric(ours, "store-checkpoints/s")
+		b.ReportMetric(alone, "ungrouped-checkpoints/s")
 		b.ReportMetric(theirs, "pgbench-tps")
 		b.ReportMetric(ours/theirs, "ratio")
+		b.ReportMetric(alone/theirs, "ungrouped-ratio")
 	}
 }

@@ -2,9 +2,11 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -30,10 +32,13 @@ type DB interface {
 	WriteRow(ctx context.Context, sql string, args []any, dest ...any) error
 }
 
-// PoolDB adapts a pgx pool to DB.
+// PoolDB adapts a pgx pool to DB. It is also a RowsWriter, so a Store on it commits checkpoints
+// in groups when they arrive faster than one at a time.
 func PoolDB(pool *pgxpool.Pool) DB { return poolDB{pool} }
 
 type poolDB struct{ pool *pgxpool.Pool }
+
+var _ RowsWriter = poolDB{}
 
 // Batch sends every statement as one pipeline closed by a single Sync. The extended protocol runs
 // everything up to a Sync as one implicit transaction, so the batch commits or rolls back whole
@@ -62,4 +67,31 @@ func (d poolDB) QueryRow(ctx context.Context, sql string, args []any, dest ...an
 // server's ReadyForQuery, so a row in hand means the statement committed.
 func (d poolDB) WriteRow(ctx context.Context, sql string, args []any, dest ...any) error {
 	return d.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+}
+
+// WriteRows sends the writes as one pipeline closed by a single Sync: one implicit transaction,
+// one round trip. Each statement's row is scanned as it arrives, but the rows mean something only
+// once Close has read the Sync's ReadyForQuery, that is, once the transaction committed.
+func (d poolDB) WriteRows(ctx context.Context, writes []RowWrite) error {
+	b := &pgx.Batch{}
+	for _, w := range writes {
+		b.Queue(w.SQL, w.Args...)
+	}
+	br := d.pool.SendBatch(ctx, b)
+	for i := range writes {
+		err := br.QueryRow().Scan(writes[i].Dest...)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			writes[i].NoRow = true
+		case err != nil:
+			_ = br.Close()
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				// The server refused this statement: the implicit transaction rolled back.
+				return &StatementError{Index: i, Err: err}
+			}
+			return fmt.Errorf("statement %d of %d: %w", i+1, len(writes), err)
+		}
+	}
+	return br.Close()
 }

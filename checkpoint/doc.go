@@ -19,6 +19,15 @@
 // transaction that writes the whole body and deletes the chunks. Every statement is idempotent
 // under replay, so the plane's "retry until it sticks" needs no dedup ledger.
 //
+// Checkpoints are group-committed (Config.Writers, Config.MaxGroup): while Writers transactions
+// run, the checkpoints that arrive wait and go together in the next transaction, one round trip
+// and one WAL flush for all, each still confirmed by its own returned row once that transaction
+// committed. This departs from DESIGN §5's "Append = ONE transaction" in letter: an append is
+// still all-or-nothing, but it may share its transaction with other streams' appends. A statement
+// the server refuses fails only its own checkpoint (the others go again without it); any other
+// failure reaches every checkpoint of the transaction, each settled by its own read-back. It is
+// what lets one small pool keep up with a thousand streams (BenchmarkCheckpointSaturation).
+//
 // Appends and the seal apply only to a row that is still streaming under this Store's host token
 // (a departure from DESIGN §5's SQL, made for the sweeper): once the Sweeper has sealed the row
 // of a host whose lease lapsed, that host's producer, should it still be running, is fenced out
@@ -33,7 +42,8 @@
 //
 //	held ──renewals fail until TTL-Guard──▶ lost: Suspend ──a renewal commits──▶ held: Resume → Reclaim
 //
-// Store and Sweeper hold no state beyond their configuration and are safe for concurrent use;
+// Store (beyond its group-commit queue) and Sweeper hold no state beyond their configuration and
+// are safe for concurrent use;
 // Lease and Sweeper each own one goroutine between Start and Stop. Errors a caller can act on:
 // *producer.OpenRefusedError (errors.Is ErrOpenRefused) from CheckOpenable and Open;
 // *producer.FencedError (errors.Is ErrFenced) from Append, Close and Reclaim; *ConfigError from

@@ -38,6 +38,8 @@ type faultDB struct {
 
 	batches atomic.Int64
 	queries atomic.Int64
+	groups  atomic.Int64 // WriteRows calls: group-commit transactions
+	grouped atomic.Int64 // the writes they carried
 }
 
 func newFaultDB(inner checkpoint.DB) *faultDB {
@@ -51,6 +53,16 @@ func (f *faultDB) Batch(ctx context.Context, stmts ...checkpoint.Statement) erro
 // WriteRow is a write, faulted as Batch is.
 func (f *faultDB) WriteRow(ctx context.Context, sql string, args []any, dest ...any) error {
 	return f.write(ctx, func(ctx context.Context) error { return f.inner.WriteRow(ctx, sql, args, dest...) })
+}
+
+// WriteRows is a write, faulted as a whole as Batch is: the group commit's transaction. It makes
+// faultDB a RowsWriter, so a Store on it groups checkpoints as one on PoolDB does.
+func (f *faultDB) WriteRows(ctx context.Context, writes []checkpoint.RowWrite) error {
+	f.groups.Add(1)
+	f.grouped.Add(int64(len(writes)))
+	return f.write(ctx, func(ctx context.Context) error {
+		return f.inner.(checkpoint.RowsWriter).WriteRows(ctx, writes)
+	})
 }
 
 // write runs one write with the faults set: refused before applying, applied with its reply

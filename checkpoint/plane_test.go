@@ -509,6 +509,8 @@ func TestStoreConstructionRefusals(t *testing.T) {
 		{"QuotedTable", checkpoint.Config{DB: db, Tables: checkpoint.Tables{Message: `evil"table`}}, "Tables.Message"},
 		{"QuotedColumn", checkpoint.Config{DB: db, Tables: checkpoint.Tables{Columns: checkpoint.Columns{Body: `b"`}}}, "Tables.Columns.Body"},
 		{"HostIDWithoutHostColumn", checkpoint.Config{DB: db, HostID: "me", Tables: checkpoint.Tables{Message: "m"}}, "HostID"},
+		{"NegativeWriters", checkpoint.Config{DB: db, Writers: -1}, "Writers"},
+		{"NegativeMaxGroup", checkpoint.Config{DB: db, MaxGroup: -2}, "MaxGroup"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := checkpoint.New(tc.cfg)

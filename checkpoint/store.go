@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -36,12 +37,26 @@ type Config struct {
 	// Tables.Columns.Host is not named (it would do nothing). Defaults to a random token when a
 	// host column is named.
 	HostID string
+	// Writers is how many checkpoint transactions run at once. Checkpoints that arrive while
+	// they all run wait and go together in the next one (group commit, when DB is a
+	// RowsWriter, as PoolDB is), up to MaxGroup per transaction. Zero means DefaultWriters.
+	Writers int
+	// MaxGroup bounds the checkpoints one transaction commits. Zero means DefaultMaxGroup; 1
+	// turns group commit off.
+	MaxGroup int
 }
+
+// The group commit's defaults.
+const (
+	DefaultWriters  = 4
+	DefaultMaxGroup = 64
+)
 
 // Store is the durable plane on Postgres: a producer.Committer that writes chunk rows at
 // checkpoints and compacts them into the body at close.
 type Store struct {
 	db      DB
+	group   *groupCommit
 	t       Tables
 	token   string
 	sqlOf   statements
@@ -62,6 +77,16 @@ type statements struct {
 func New(cfg Config) (*Store, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
+	}
+	if cfg.Writers < 0 {
+		return nil, &ConfigError{Field: "Writers", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.Writers)}
+	}
+	if cfg.MaxGroup < 0 {
+		return nil, &ConfigError{Field: "MaxGroup", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.MaxGroup)}
+	}
+	group := &groupCommit{db: cfg.DB, max: cmp.Or(cfg.Writers, DefaultWriters), batch: cmp.Or(cfg.MaxGroup, DefaultMaxGroup)}
+	if rw, ok := cfg.DB.(RowsWriter); ok && group.batch > 1 {
+		group.rows = rw
 	}
 	t, err := cfg.Tables.resolved()
 	if err != nil {
@@ -158,7 +183,7 @@ func New(cfg Config) (*Store, error) {
 	} else {
 		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3 WHERE %s = $4 AND %s", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Key), owned(5))
 	}
-	return &Store{db: cfg.DB, t: t, token: token, sqlOf: s, hasHost: c.Host != ""}, nil
+	return &Store{db: cfg.DB, group: group, t: t, token: token, sqlOf: s, hasHost: c.Host != ""}, nil
 }
 
 // HostID is the token this store writes to the host column at open ("" without one).
@@ -249,7 +274,7 @@ func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.A
 	}
 	var seq int64
 	var cancel bool
-	werr := s.db.WriteRow(ctx, s.sqlOf.appendChunk, args, &seq, &cancel)
+	werr := s.group.write(ctx, s.sqlOf.appendChunk, args, &seq, &cancel)
 	if werr == nil {
 		return producer.AppendResult{Durable: producer.Seq(seq), ReadBack: true, CancelRequested: cancel}, nil
 	}

@@ -1,0 +1,321 @@
+package checkpoint_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/pgtest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// groupWorld is a Store with group commit over the fault wrapper, and n opened streams g0…gn-1.
+type groupWorld struct {
+	db    *pgtest.DB
+	fdb   *faultDB
+	store *checkpoint.Store
+	ids   []string
+}
+
+func newGroupWorld(t *testing.T, n int, cfg checkpoint.Config) *groupWorld {
+	t.Helper()
+	db := pgtest.NewDBWith(t, 8)
+	fdb := newFaultDB(checkpoint.PoolDB(db.Pool))
+	cfg.DB = fdb
+	store, err := checkpoint.New(cfg)
+	require.NoError(t, err)
+	w := &groupWorld{db: db, fdb: fdb, store: store}
+	for i := range n {
+		id := fmt.Sprintf("g%d", i)
+		_, err := db.Pool.Exec(t.Context(), "INSERT INTO messages (id, owner) VALUES ($1, 'alice')", id)
+		require.NoError(t, err)
+		require.NoError(t, store.Open(t.Context(), producer.OpenInput{StreamID: id}))
+		w.ids = append(w.ids, id)
+	}
+	return w
+}
+
+// stored is a row's length and its chunks' text, in order.
+func (w *groupWorld) stored(t *testing.T, id string) (producer.Seq, string) {
+	t.Helper()
+	var seq int64
+	var text string
+	require.NoError(t, w.db.Pool.QueryRow(context.Background(),
+		`SELECT m.seq, COALESCE((SELECT string_agg(text, '' ORDER BY seq) FROM message_chunks WHERE stream_id = m.id AND seq <= m.seq), '')
+		 FROM messages m WHERE m.id = $1`, id).Scan(&seq, &text))
+	return producer.Seq(seq), text
+}
+
+// waitPending waits until n checkpoints wait for a slot.
+func waitPending(t *testing.T, s *checkpoint.Store, n int) {
+	t.Helper()
+	for checkpoint.PendingWrites(s) != n {
+		runtime.Gosched()
+	}
+}
+
+type appendResult struct {
+	res producer.AppendResult
+	err error
+}
+
+// heldGroup runs one append on g0, held at the gate (it takes its faults before it), then one on
+// each other stream, which wait for the slot; ctxs (when given) are their contexts. between runs
+// once they all wait, after runs once g0 is let go. It returns the results in stream order.
+func (w *groupWorld) heldGroup(t *testing.T, ctxs map[int]context.Context, between, after func()) []appendResult {
+	t.Helper()
+	gate := make(chan struct{})
+	w.fdb.set(func(f *faultDB) { f.gate = gate })
+	results := make([]appendResult, len(w.ids))
+	var wg sync.WaitGroup
+	start := func(i int) {
+		ctx := t.Context()
+		if c, ok := ctxs[i]; ok {
+			ctx = c
+		}
+		text := strings.Repeat(string(rune('a'+i)), 300)
+		wg.Go(func() {
+			res, err := w.store.Append(ctx, producer.AppendInput{StreamID: w.ids[i], From: 0, Seq: 300, Text: text})
+			results[i] = appendResult{res, err}
+		})
+	}
+	start(0)
+	<-w.fdb.held
+	for i := 1; i < len(w.ids); i++ {
+		start(i)
+	}
+	waitPending(t, w.store, len(w.ids)-1)
+	if between != nil {
+		between()
+	}
+	close(gate)
+	if after != nil {
+		after()
+	}
+	wg.Wait()
+	return results
+}
+
+// Checkpoints that arrive while every slot runs go in one transaction, and each is confirmed
+// with its own row.
+func TestGroupCommitCarriesWaitingCheckpoints(t *testing.T) {
+	t.Parallel()
+	w := newGroupWorld(t, 9, checkpoint.Config{Writers: 1})
+	results := w.heldGroup(t, nil, nil, nil)
+	for i, r := range results {
+		require.NoError(t, r.err, w.ids[i])
+		require.Equal(t, producer.Seq(300), r.res.Durable, w.ids[i])
+		seq, text := w.stored(t, w.ids[i])
+		require.Equal(t, producer.Seq(300), seq)
+		require.Equal(t, strings.Repeat(string(rune('a'+i)), 300), text)
+	}
+	require.EqualValues(t, 1, w.fdb.groups.Load(), "the eight waiting checkpoints went in one transaction")
+	require.EqualValues(t, 8, w.fdb.grouped.Load())
+}
+
+// A statement the server refuses fails its own checkpoint only: the others, rolled back with
+// it, are committed again without it, and the refused one confirms nothing.
+func TestGroupCommitIsolatesARefusedStatement(t *testing.T) {
+	t.Parallel()
+	w := newGroupWorld(t, 9, checkpoint.Config{Writers: 1})
+	// g5's chunk key is taken: its insert violates the primary key.
+	_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO message_chunks (stream_id, seq, text) VALUES ('g5', 300, 'squatter')")
+	require.NoError(t, err)
+	results := w.heldGroup(t, nil, nil, nil)
+	for i, r := range results {
+		seq, _ := w.stored(t, w.ids[i])
+		if i == 5 {
+			require.ErrorContains(t, r.err, "duplicate key")
+			require.Equal(t, producer.Seq(0), seq, "nothing of the refused checkpoint applied")
+			continue
+		}
+		require.NoError(t, r.err, w.ids[i])
+		require.Equal(t, producer.Seq(300), r.res.Durable)
+		require.Equal(t, producer.Seq(300), seq)
+	}
+	require.EqualValues(t, 2, w.fdb.groups.Load(), "refused, then the seven others again")
+	require.EqualValues(t, 8+7, w.fdb.grouped.Load())
+}
+
+// A group's transaction that committed with its reply lost is confirmed by each checkpoint's
+// read-back; one refused before applying confirms nothing, for every checkpoint in it.
+func TestGroupCommitFaultsReachEveryCheckpoint(t *testing.T) {
+	t.Parallel()
+	t.Run("reply lost", func(t *testing.T) {
+		t.Parallel()
+		w := newGroupWorld(t, 5, checkpoint.Config{Writers: 1})
+		results := w.heldGroup(t, nil, func() { w.fdb.set(func(f *faultDB) { f.loseAck = 2 }) }, nil)
+		for i, r := range results {
+			require.NoError(t, r.err, w.ids[i])
+			require.True(t, r.res.ReadBack)
+			require.Equal(t, producer.Seq(300), r.res.Durable, "committed, and the read-back says so")
+		}
+	})
+	t.Run("refused before applying", func(t *testing.T) {
+		t.Parallel()
+		w := newGroupWorld(t, 5, checkpoint.Config{Writers: 1})
+		results := w.heldGroup(t, nil, func() { w.fdb.set(func(f *faultDB) { f.failBatch = 1 }) }, nil)
+		require.NoError(t, results[0].err, "g0 took its faults before the gate")
+		for i, r := range results[1:] {
+			i++
+			require.ErrorIs(t, r.err, errInjected, w.ids[i])
+			seq, _ := w.stored(t, w.ids[i])
+			require.Equal(t, producer.Seq(0), seq)
+		}
+	})
+	t.Run("read-back failed after a lost reply", func(t *testing.T) {
+		t.Parallel()
+		w := newGroupWorld(t, 5, checkpoint.Config{Writers: 1})
+		results := w.heldGroup(t, nil, func() { w.fdb.set(func(f *faultDB) { f.loseAck, f.failQuery = 1, 4 }) }, nil)
+		require.NoError(t, results[0].err, "g0 took its faults before the gate")
+		for i, r := range results[1:] {
+			i++
+			require.ErrorIs(t, r.err, errInjected, w.ids[i])
+			require.Zero(t, r.res.Durable, "nothing confirmed without a row or a read-back")
+		}
+	})
+}
+
+// A caller that leaves while its checkpoint waits for a slot takes it out: it never runs. One
+// that leaves while its transaction runs does not abort the others'.
+func TestGroupCommitCallersThatLeave(t *testing.T) {
+	t.Parallel()
+	t.Run("while waiting", func(t *testing.T) {
+		t.Parallel()
+		w := newGroupWorld(t, 5, checkpoint.Config{Writers: 1})
+		ctx, cancel := context.WithCancel(t.Context())
+		results := w.heldGroup(t, map[int]context.Context{3: ctx}, func() {
+			cancel()
+			waitPending(t, w.store, 3)
+		}, nil)
+		require.ErrorIs(t, results[3].err, context.Canceled)
+		seq, _ := w.stored(t, "g3")
+		require.Equal(t, producer.Seq(0), seq, "a checkpoint taken out before its transaction never ran")
+		for _, i := range []int{0, 1, 2, 4} {
+			require.NoError(t, results[i].err)
+			require.Equal(t, producer.Seq(300), results[i].res.Durable)
+		}
+		require.EqualValues(t, 3, w.fdb.grouped.Load())
+	})
+	t.Run("while its transaction runs", func(t *testing.T) {
+		t.Parallel()
+		w := newGroupWorld(t, 5, checkpoint.Config{Writers: 1})
+		ctx, cancel := context.WithCancel(t.Context())
+		gate := make(chan struct{})
+		results := w.heldGroup(t, map[int]context.Context{2: ctx}, func() {
+			// The group's transaction will wait at a second gate.
+			w.fdb.set(func(f *faultDB) { f.gate = gate })
+		}, func() {
+			<-w.fdb.held // the group's transaction holds at the second gate, g2 inside it
+			cancel()
+			close(gate)
+		})
+		require.Error(t, results[2].err, "its caller left: no confirmation")
+		for _, i := range []int{0, 1, 3, 4} {
+			require.NoError(t, results[i].err, w.ids[i])
+			require.Equal(t, producer.Seq(300), results[i].res.Durable)
+		}
+	})
+}
+
+// Random schedules over many streams, a few slots and small groups, with every fault: lost
+// replies, failures before applying, failed read-backs, callers that time out, and a stream
+// whose chunk key is taken. Whatever happens, a confirmed length is stored with its text, and
+// every stream but the blocked one gets all its text in.
+func TestGroupCommitRandomSchedules(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 0x9c))
+			const streams, slices, size = 12, 25, 20
+			w := newGroupWorld(t, streams, checkpoint.Config{Writers: 1 + rng.IntN(3), MaxGroup: 2 + rng.IntN(8)})
+			blocked := rng.IntN(streams)
+			blockedAt := producer.Seq(size * (1 + rng.IntN(slices-1)))
+			_, err := w.db.Pool.Exec(t.Context(), "INSERT INTO message_chunks (stream_id, seq, text) VALUES ($1, $2, 'squatter')", w.ids[blocked], int64(blockedAt))
+			require.NoError(t, err)
+
+			stop := make(chan struct{})
+			var faults sync.WaitGroup
+			faults.Go(func() {
+				frng := rand.New(rand.NewPCG(seed, 0xfa))
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Duration(frng.IntN(3)) * time.Millisecond):
+					}
+					w.fdb.set(func(f *faultDB) {
+						switch frng.IntN(4) {
+						case 0:
+							f.loseAck++
+						case 1:
+							f.failBatch++
+						case 2:
+							f.failQuery++
+						}
+					})
+				}
+			})
+			var wg sync.WaitGroup
+			for i, id := range w.ids {
+				srng := rand.New(rand.NewPCG(seed, uint64(i)))
+				wg.Go(func() {
+					piece := func(at producer.Seq) string {
+						return fmt.Sprintf("%-*s", size, fmt.Sprintf("%s:%d|", id, at/size))
+					}
+					var at producer.Seq
+					for tries := 0; at < slices*size && tries < 400; tries++ {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+srng.IntN(40))*time.Millisecond)
+						res, err := w.store.Append(ctx, producer.AppendInput{StreamID: id, From: at, Seq: at + size, Text: piece(at)})
+						cancel()
+						if err != nil {
+							var fe *producer.FencedError
+							if errors.As(err, &fe) {
+								t.Errorf("%s fenced: %v", id, err)
+								return
+							}
+							continue
+						}
+						// Honesty: what is confirmed is stored, with its text.
+						seq, text := w.stored(t, id)
+						if res.Durable > seq {
+							t.Errorf("%s: confirmed %d, stored %d", id, res.Durable, seq)
+							return
+						}
+						var want strings.Builder
+						for a := producer.Seq(0); a < seq; a += size {
+							want.WriteString(piece(a))
+						}
+						if text != want.String() {
+							t.Errorf("%s: stored %q, want %q", id, text, want.String())
+							return
+						}
+						at = res.Durable
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			faults.Wait()
+			for i, id := range w.ids {
+				seq, _ := w.stored(t, id)
+				if i == blocked {
+					require.Equal(t, blockedAt-size, seq, "%s stops below its taken key", id)
+					continue
+				}
+				require.Equal(t, producer.Seq(slices*size), seq, "%s got all its text in", id)
+			}
+			t.Logf("writers/groups: %d transactions carried %d checkpoints", w.fdb.groups.Load(), w.fdb.grouped.Load())
+		})
+	}
+}
