@@ -142,21 +142,39 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 	}
 	clock := clockOrReal(cfg.Clock)
 	rc := http.NewResponseController(w)
-	write := func(b []byte) error {
-		if err := rc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	// The write deadline moves only once half of it is used up: setting it is a timer change on
+	// the connection, too dear to pay per frame when a thousand readers take every delta. Each
+	// write still has between half and all of WriteTimeout.
+	var deadline time.Time
+	extend := func() error {
+		now := time.Now()
+		if deadline.Sub(now) >= cfg.WriteTimeout/2 {
+			return nil
+		}
+		deadline = now.Add(cfg.WriteTimeout)
+		if err := rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return err
 		}
-		if _, err := w.Write(b); err != nil {
-			return err
-		}
+		return nil
+	}
+	flush := func() error {
 		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return err
 		}
 		return nil
 	}
+	write := func(b []byte) error {
+		if err := extend(); err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return flush()
+	}
 	SetSSEHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := flush(); err != nil {
 		return err
 	}
 	// The live plane's shared encoding, when the source can hand it over.
@@ -177,39 +195,88 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 		}
 		buf = buf[:0]
 	}
-	for {
+	// The keep-alive runs in periods, not per frame: a context that a timer cuts after the
+	// period, shared by every Next until it ends. When it ends, a ping goes out only if nothing
+	// was written for KeepAlive; otherwise the next period runs to KeepAlive after the last write.
+	lastWrite := clock.Now()
+	var period context.Context
+	var endPeriod func()
+	startPeriod := func(d time.Duration) {
 		next, cancel := context.WithCancelCause(ctx)
-		timer := clock.AfterFunc(cfg.KeepAlive, func() { cancel(errKeepAlive) })
-		f, enc, err := nextOf(next)
-		timer.Stop()
-		cancel(nil)
+		timer := clock.AfterFunc(d, func() { cancel(errKeepAlive) })
+		period, endPeriod = next, func() { timer.Stop(); cancel(nil) }
+	}
+	startPeriod(cfg.KeepAlive)
+	defer func() { endPeriod() }()
+	for {
+		f, enc, err := nextOf(period)
 		switch {
 		case errors.Is(err, io.EOF):
 			return nil
 		case errors.Is(err, errKeepAlive) && ctx.Err() == nil:
+			endPeriod()
+			if idle := clock.Now().Sub(lastWrite); idle < cfg.KeepAlive {
+				startPeriod(cfg.KeepAlive - idle)
+				continue
+			}
 			if err := write([]byte(": ping\n\n")); err != nil {
 				return err
 			}
+			lastWrite = clock.Now()
+			startPeriod(cfg.KeepAlive)
 			continue
 		case err != nil:
 			return err
 		}
-		// Frames already queued behind f go out in the same write and flush: a reader that fell
-		// behind catches up in a few system calls instead of one per frame. Only frames that are
-		// ready are taken (Next on a finished context consumes nothing otherwise), up to
-		// maxSSEBatch bytes, so memory stays bounded by the queue.
-		buf = appendEncoded(buf[:0], f, enc)
-		for !f.Terminal() && len(buf) < maxSSEBatch {
+		// Frames already queued behind f go out in the same flush: a reader that fell behind
+		// catches up in a few system calls instead of one per frame. Only frames that are ready
+		// are taken (Next on a finished context consumes nothing otherwise), up to maxSSEBatch
+		// bytes, so memory stays bounded by the queue. A large shared encoding (a long catch-up)
+		// is written as it is rather than copied into this reader's buffer.
+		if err := extend(); err != nil {
+			return err
+		}
+		buf = buf[:0]
+		n := 0 // the bytes of this flush
+		put := func(f Frame, enc []byte) error {
+			if len(enc) < directSSEWrite {
+				before := len(buf)
+				buf = appendEncoded(buf, f, enc)
+				n += len(buf) - before
+				return nil
+			}
+			n += len(enc)
+			if len(buf) > 0 {
+				if _, err := w.Write(buf); err != nil {
+					return err
+				}
+				buf = buf[:0]
+			}
+			_, err := w.Write(enc)
+			return err
+		}
+		if err := put(f, enc); err != nil {
+			return err
+		}
+		for !f.Terminal() && n < maxSSEBatch {
 			more, enc, err := nextOf(ready)
 			if err != nil {
 				break
 			}
 			f = more
-			buf = appendEncoded(buf, f, enc)
+			if err := put(f, enc); err != nil {
+				return err
+			}
 		}
-		if err := write(buf); err != nil {
+		if len(buf) > 0 {
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+		}
+		if err := flush(); err != nil {
 			return err
 		}
+		lastWrite = clock.Now()
 		if f.Terminal() {
 			return nil
 		}
@@ -223,8 +290,11 @@ func appendEncoded(dst []byte, f Frame, enc []byte) []byte {
 	return AppendSSE(dst, f)
 }
 
-// maxSSEBatch bounds the bytes WriteSSE gathers into one write.
+// maxSSEBatch bounds the bytes WriteSSE gathers into one flush.
 const maxSSEBatch = 32 << 10
+
+// directSSEWrite is the size from which a shared encoding is written without a copy.
+const directSSEWrite = 4 << 10
 
 // ready is a finished context: Next with it returns a frame only if one is already queued.
 var ready = func() context.Context { //nolint:gochecknoglobals // immutable

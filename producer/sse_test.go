@@ -145,6 +145,43 @@ func TestSSEHeadersKeepAliveAndIDs(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF, "the response ends after end")
 }
 
+// The keep-alive pings only after KeepAlive without a write: frames written within the period
+// push the ping back to KeepAlive after the last of them.
+func TestSSEKeepAliveOnlyWhenIdle(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	s := w.open(t, "m")
+	keepAlive := clocktest.New()
+	srv := sseServer(t, w.plane, producer.SSEConfig{Clock: keepAlive})
+	resp := get(t, srv.URL+"?id=m", "")
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	ev, err := streamtest.ReadSSE(r)
+	require.NoError(t, err)
+	require.Equal(t, "0", ev.ID, "the open frame")
+	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
+	keepAlive.Advance(producer.DefaultKeepAlive / 2)
+	require.NoError(t, s.Push("a"))
+	ev, err = streamtest.ReadSSE(r)
+	require.NoError(t, err)
+	require.Equal(t, "1", ev.ID)
+	// The period ends with a write half a period old: no ping, a new period to its end.
+	keepAlive.Advance(producer.DefaultKeepAlive / 2)
+	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, s.Push("b"))
+	ev, err = streamtest.ReadSSE(r)
+	require.NoError(t, err)
+	require.Empty(t, ev.Comment, "no ping while frames flow")
+	require.Equal(t, "2", ev.ID)
+	// Idle for a whole KeepAlive: the ping.
+	keepAlive.Advance(producer.DefaultKeepAlive)
+	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
+	keepAlive.Advance(producer.DefaultKeepAlive)
+	ev, err = streamtest.ReadSSE(r)
+	require.NoError(t, err)
+	require.Equal(t, ": ping", ev.Comment)
+}
+
 func TestSSEBadResumeIs400(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, nil)
