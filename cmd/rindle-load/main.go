@@ -9,6 +9,11 @@
 //
 //	go run ./cmd/rindle-load
 //
+// With -floor it also runs each scenario, in turn within the same run, against a floor server
+// (floor.go): bare net/http answering the same routes from memory in its own process. Its
+// figures are what the machine costs any server for the scenario; rindled's excess over them is
+// rindled's own.
+//
 // The machine is shared and noisy: compare figures measured side by side in one run.
 package main
 
@@ -53,6 +58,7 @@ type config struct {
 	joinLength  int
 	keepWorkDir bool
 	serverArgs  string
+	floor       bool
 }
 
 func main() {
@@ -68,7 +74,16 @@ func main() {
 	flag.IntVar(&c.joinLength, "join-length", 100000, "join: the stream's length in UTF-16 units before they join")
 	flag.BoolVar(&c.keepWorkDir, "keep", false, "keep the work directory (server log, cluster)")
 	flag.StringVar(&c.serverArgs, "server-args", "", "extra rindled flags, space-separated (-debug-addr 127.0.0.1:6060 to profile it)")
+	flag.BoolVar(&c.floor, "floor", false, "also run every scenario against the floor server (bare net/http from memory, in its own process) and print its figures beside rindled's")
+	floorServer := flag.Bool("floor-server", false, "run as the floor server (what -floor starts)")
 	flag.Parse()
+	if *floorServer {
+		if err := serveFloor(); err != nil {
+			fmt.Fprintln(os.Stderr, "rindle-load floor server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c)
 	stop()
@@ -113,6 +128,21 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer stopServer()
+	targets := []struct {
+		prefix string
+		srv    *server
+	}{{"", srv}}
+	if c.floor {
+		floor, stopFloor, err := startFloor(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopFloor()
+		targets = append(targets, struct {
+			prefix string
+			srv    *server
+		}{"[floor] ", floor})
+	}
 
 	figures := map[string][]float64{}
 	var order []string
@@ -124,20 +154,24 @@ func run(ctx context.Context, c config) error {
 	}
 	for r := range c.runs {
 		for _, sc := range strings.Split(c.scenarios, ",") {
-			id := fmt.Sprintf("%s-%d", sc, r)
-			var err error
-			switch strings.TrimSpace(sc) {
-			case "fanout":
-				err = fanout(ctx, srv, c, id, record)
-			case "idle":
-				err = idle(ctx, srv, c, id, record)
-			case "join":
-				err = join(ctx, srv, c, id, record)
-			default:
-				return fmt.Errorf("unknown scenario %q", sc)
-			}
-			if err != nil {
-				return fmt.Errorf("run %d, %s: %w", r+1, sc, err)
+			// Side by side: each scenario against each server in turn, within one run.
+			for _, t := range targets {
+				id := fmt.Sprintf("%s-%d", sc, r)
+				rec := func(name string, v float64) { record(t.prefix+name, v) }
+				var err error
+				switch strings.TrimSpace(sc) {
+				case "fanout":
+					err = fanout(ctx, t.srv, c, id, rec)
+				case "idle":
+					err = idle(ctx, t.srv, c, id, rec)
+				case "join":
+					err = join(ctx, t.srv, c, id, rec)
+				default:
+					return fmt.Errorf("unknown scenario %q", sc)
+				}
+				if err != nil {
+					return fmt.Errorf("run %d, %s%s: %w", r+1, t.prefix, sc, err)
+				}
 			}
 		}
 	}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// The floor server is the least an SSE server can do for the scenarios' clients: the same HTTP
+// routes, answered by bare net/http from memory, with no authorization, database, durability,
+// view or telemetry. Each delta is encoded once and its bytes written to every reader, as
+// rindled does. It runs in its own process (rindle-load -floor-server), like rindled, so the
+// figures measured against it are this machine's floor for the scenarios: what rindled costs
+// beyond it is rindled's; what the floor itself costs, no server here can avoid.
+
+// floorStream is one stream in the floor server's memory.
+type floorStream struct {
+	mu    sync.Mutex
+	text  []byte
+	ended bool
+	subs  map[chan []byte]struct{}
+	// The last catch-up encoded, shared by every join at the same offset and length (as
+	// rindled shares its catch-up encodings): a herd escapes the text once.
+	catchUp                 []byte
+	catchUpFrom, catchUpEnd int
+}
+
+type floorServer struct {
+	mu      sync.Mutex
+	streams map[string]*floorStream
+}
+
+func (f *floorServer) stream(id string) *floorStream {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.streams[id]
+	if !ok {
+		s = &floorStream{subs: map[chan []byte]struct{}{}}
+		f.streams[id] = s
+	}
+	return s
+}
+
+// broadcast sends one encoded frame to every reader; a reader whose queue is full is dropped.
+func (s *floorStream) broadcastLocked(b []byte, last bool) {
+	for ch := range s.subs {
+		select {
+		case ch <- b:
+		default:
+			delete(s.subs, ch)
+			close(ch)
+			continue
+		}
+		if last {
+			delete(s.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+func (f *floorServer) routes() http.Handler {
+	mux := http.NewServeMux()
+	ok := func(w http.ResponseWriter, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, _ *http.Request) { ok(w, map[string]any{}) })
+	mux.HandleFunc("POST /v1/streams/{id}/open", func(w http.ResponseWriter, r *http.Request) {
+		f.stream(r.PathValue("id"))
+		ok(w, map[string]any{})
+	})
+	mux.HandleFunc("POST /v1/streams/{id}/append", func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Text string `json:"text"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s := f.stream(r.PathValue("id"))
+		s.mu.Lock()
+		from := len(s.text)
+		s.text = append(s.text, in.Text...)
+		frame := producer.AppendSSE(nil, producer.Frame{Type: producer.FrameChunk, From: producer.Seq(from), Seq: producer.Seq(len(s.text)), Text: in.Text})
+		s.broadcastLocked(frame, false)
+		seq := len(s.text)
+		s.mu.Unlock()
+		ok(w, map[string]any{"seq": seq})
+	})
+	mux.HandleFunc("POST /v1/streams/{id}/flush", func(w http.ResponseWriter, r *http.Request) {
+		s := f.stream(r.PathValue("id"))
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		ok(w, map[string]any{"durableSeq": len(s.text)})
+	})
+	mux.HandleFunc("POST /v1/streams/{id}/close", func(w http.ResponseWriter, r *http.Request) {
+		s := f.stream(r.PathValue("id"))
+		s.mu.Lock()
+		s.ended = true
+		s.broadcastLocked(producer.AppendSSE(nil, producer.Frame{Type: producer.FrameEnd, Seq: producer.Seq(len(s.text)), Status: producer.StatusComplete}), true)
+		s.mu.Unlock()
+		ok(w, map[string]any{})
+	})
+	mux.HandleFunc("GET /v1/streams/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s := f.stream(r.PathValue("id"))
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		ok(w, map[string]any{"seq": len(s.text)})
+	})
+	mux.HandleFunc("GET /v1/streams/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		s := f.stream(r.PathValue("id"))
+		ch := make(chan []byte, 1024)
+		s.mu.Lock()
+		from, err := strconv.Atoi(r.URL.Query().Get("from"))
+		if err != nil { // no offset: the live tail
+			from = len(s.text)
+		}
+		from = min(max(from, 0), len(s.text))
+		head := producer.AppendSSE(nil, producer.Frame{Type: producer.FrameOpen, StreamID: r.PathValue("id"), From: producer.Seq(from), Seq: producer.Seq(len(s.text))})
+		var catchUp []byte
+		if len(s.text) > from {
+			if s.catchUp == nil || s.catchUpFrom != from || s.catchUpEnd != len(s.text) {
+				s.catchUp = producer.AppendSSE(nil, producer.Frame{Type: producer.FrameChunk, From: producer.Seq(from), Seq: producer.Seq(len(s.text)), Text: string(s.text[from:])})
+				s.catchUpFrom, s.catchUpEnd = from, len(s.text)
+			}
+			catchUp = s.catchUp
+		}
+		ended := s.ended
+		if !ended {
+			s.subs[ch] = struct{}{}
+		}
+		s.mu.Unlock()
+		producer.SetSSEHeaders(w.Header())
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		if _, err := w.Write(head); err != nil {
+			return
+		}
+		if _, err := w.Write(catchUp); err != nil || rc.Flush() != nil || ended {
+			return
+		}
+		defer func() {
+			s.mu.Lock()
+			if _, ok := s.subs[ch]; ok {
+				delete(s.subs, ch)
+				close(ch)
+			}
+			s.mu.Unlock()
+		}()
+		for {
+			select {
+			case b, ok := <-ch:
+				if !ok {
+					return
+				}
+				if _, err := w.Write(b); err != nil || rc.Flush() != nil {
+					return
+				}
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	return mux
+}
+
+// serveFloor runs the floor server until SIGTERM, announcing its address as rindled does.
+func serveFloor() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: (&floorServer{streams: map[string]*floorStream{}}).routes(), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("floor server listening url=http://%s\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+// startFloor runs this binary as the floor server in its own process.
+func startFloor(ctx context.Context) (*server, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, self, "-floor-server")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+			go func() {
+				for sc.Scan() { // drain
+				}
+			}()
+			return &server{base: m[1], pid: cmd.Process.Pid, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}, stop, nil
+		}
+	}
+	stop()
+	return nil, nil, fmt.Errorf("the floor server never listened")
+}
