@@ -13,6 +13,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/golang-jwt/jwt/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/rs/cors"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -90,6 +91,8 @@ var _ Messages = (*checkpoint.Catalog)(nil)
 // Server is the HTTP API.
 type Server struct {
 	cfg           Config
+	now           func() time.Time // token validity's clock (tests set it)
+	tokens        *lru.Cache[string, *Claims]
 	streamChanges changes
 	api           huma.API
 	mux           *http.ServeMux
@@ -170,7 +173,11 @@ func New(cfg Config) (*Server, error) {
 			*d.v = d.def
 		}
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	tokens, err := lru.New[string, *Claims](tokenCacheSize)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), now: time.Now, tokens: tokens}
 	hc := huma.DefaultConfig("Rindle streams", "1.0.0")
 	hc.Info.Description = "Durable, resumable language-model answers: every delta fanned out live, checkpointed into Postgres, one offset (`seq`, in UTF-16 code units) across both."
 	hc.Servers = []*huma.Server{{URL: "/", Description: "This server (the document is served by the API it describes)."}}
@@ -258,20 +265,35 @@ func unauthorized(detail, code string) error {
 	return huma.ErrorWithHeaders(huma.Error401Unauthorized(detail), http.Header{"WWW-Authenticate": {challenge}})
 }
 
+// tokenCacheSize bounds the verified tokens claims keeps.
+const tokenCacheSize = 4096
+
+// claims verifies a bearer token. A token verified once is remembered (by its whole text,
+// signature included) until it expires or is evicted, so a herd of joins or reconnects with the
+// same token does not parse and verify it again each time: its expiry and not-before are still
+// checked on every use. Only tokens that verified are kept; a refused one is parsed every time.
 func (s *Server) claims(header string) (*Claims, error) {
 	raw, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok || raw == "" {
 		return nil, unauthorized("a bearer token is required", "")
 	}
+	now := s.now()
+	if c, ok := s.tokens.Get(raw); ok {
+		if now.Before(c.ExpiresAt.Time) && (c.NotBefore == nil || !now.Before(c.NotBefore.Time)) {
+			return c, nil
+		}
+		s.tokens.Remove(raw)
+	}
 	var c Claims
 	_, err := jwt.ParseWithClaims(raw, &c, func(*jwt.Token) (any, error) { return s.cfg.Secret, nil },
-		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired())
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(), jwt.WithTimeFunc(s.now))
 	if err != nil {
 		return nil, unauthorized("the bearer token is invalid: "+err.Error(), "invalid_token")
 	}
 	if c.Subject == "" {
 		return nil, unauthorized("the bearer token has no subject", "invalid_token")
 	}
+	s.tokens.Add(raw, &c)
 	return &c, nil
 }
 

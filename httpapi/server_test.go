@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,4 +268,53 @@ func TestNewRefusesABadConfigByField(t *testing.T) {
 		require.ErrorAs(t, err, &ce, field)
 		require.Equal(t, field, ce.Field)
 	}
+}
+
+// A verified token is remembered, but its expiry and not-before still hold on every use: a
+// remembered token stops working the moment it expires, a token signed with another key is
+// never taken for a remembered one, and an expired one is refused whether or not it was seen.
+func TestRememberedTokensStillExpire(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	cfg := httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(t), Secret: secret}
+	srv, err := httpapi.New(cfg)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	now := time.Now()
+	httpapi.SetNow(srv, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	c := client{t: t, base: hs.URL}
+	sign := func(key []byte, exp, nbf time.Time) string {
+		rc := jwt.RegisteredClaims{Subject: "svc", ExpiresAt: jwt.NewNumericDate(exp)}
+		if !nbf.IsZero() {
+			rc.NotBefore = jwt.NewNumericDate(nbf)
+		}
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, httpapi.Claims{Scope: "producer", RegisteredClaims: rc}).SignedString(key)
+		require.NoError(t, err)
+		return tok
+	}
+	create := func(id, tok string) int {
+		return c.do("POST", "/v1/messages", tok, []byte(`{"id":"`+id+`","owner":"alice"}`)).status
+	}
+	tok := sign(secret, now.Add(time.Minute), time.Time{})
+	require.Equal(t, http.StatusCreated, create("a1", tok))
+	require.Equal(t, http.StatusCreated, create("a2", tok), "remembered")
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	r := c.do("POST", "/v1/messages", tok, []byte(`{"id":"a3","owner":"alice"}`))
+	require.Equal(t, http.StatusUnauthorized, r.status, "remembered, but expired: %s", r.body)
+	require.Contains(t, string(r.body), "expired")
+
+	// Another key's signature over the same claims is another token: verified, and refused.
+	forged := sign([]byte("another key, also 32 bytes long!"), now.Add(time.Minute), time.Time{})
+	require.Equal(t, http.StatusUnauthorized, create("a4", forged))
+	// Not yet valid: refused (and not remembered), then valid once its time comes.
+	later := sign(secret, now.Add(time.Hour), now.Add(time.Minute))
+	require.Equal(t, http.StatusUnauthorized, create("a5", later))
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	require.Equal(t, http.StatusCreated, create("a6", later))
 }
