@@ -34,8 +34,15 @@ type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
 	corsOrigins, debugAddr, secretFile, logFormat                           string
 	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
-	dbMaxConns                                                              int
+	dbMaxConns, checkpointChars                                             int
 }
+
+// DefaultCheckpointChars is rindled's checkpoint size: twice the seed's (producer's) 512. The
+// interval (750 ms) still bounds how stale the durable plane can be; the larger size halves the
+// per-checkpoint WAL overhead (the length update, the commit, the index entry) of a fast stream,
+// which is most of the WAL beyond the text itself (BenchmarkWALPerByte: Chars1024 against
+// Default).
+const DefaultCheckpointChars = 1024
 
 const usage = `rindled: durable, resumable language-model answers.
 
@@ -87,12 +94,13 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", checkpoint.DefaultLeaseTTL, "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
 	fs.IntVar(&s.dbMaxConns, "db-max-conns", max(16, 4*runtime.NumCPU()), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
+	fs.IntVar(&s.checkpointChars, "checkpoint-chars", DefaultCheckpointChars, "pending UTF-16 units that force a checkpoint; the 750ms interval forces one anyway [RINDLE_CHECKPOINT_CHARS]")
 	fs.DurationVar(&s.streamsLongPoll, "streams-long-poll", httpapi.DefaultStreamsLongPoll, "how long a Durable Streams long-poll waits for data before 204 [RINDLE_STREAMS_LONG_POLL]")
 	fs.DurationVar(&s.connectTimeout, "connect-timeout", cdc.DefaultConnectTimeout, "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
 	// Typed settings take their environment value through the flag's own parser, so a
 	// malformed one is an error naming the variable, never a silent default; flags still win.
 	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT",
-		"streams-long-poll": "RINDLE_STREAMS_LONG_POLL"} {
+		"streams-long-poll": "RINDLE_STREAMS_LONG_POLL", "checkpoint-chars": "RINDLE_CHECKPOINT_CHARS"} {
 		if v := getenv(k); v != "" {
 			if err := fs.Set(flagName, v); err != nil {
 				return nil, fmt.Errorf("%s=%q: %w", k, v, err)
@@ -131,6 +139,9 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	case "text", "json":
 	default:
 		return nil, fmt.Errorf("-log-format %q: want text or json", s.logFormat)
+	}
+	if s.checkpointChars < 1 {
+		return nil, fmt.Errorf("-checkpoint-chars %d: want at least 1", s.checkpointChars)
 	}
 	if s.dbMaxConns < 1 {
 		return nil, fmt.Errorf("-db-max-conns %d: want at least 1", s.dbMaxConns)

@@ -195,7 +195,7 @@ func TestSecondInstanceWithoutABrokerIsNotReady(t *testing.T) {
 // a good one applies, and a flag still wins over it.
 func TestEnvironmentValuesAreParsedOrRefused(t *testing.T) {
 	t.Parallel()
-	for k, v := range map[string]string{"RINDLE_LEASE_TTL": "bogus", "RINDLE_DB_MAX_CONNS": "many", "RINDLE_CONNECT_TIMEOUT": "5"} {
+	for k, v := range map[string]string{"RINDLE_LEASE_TTL": "bogus", "RINDLE_DB_MAX_CONNS": "many", "RINDLE_CONNECT_TIMEOUT": "5", "RINDLE_CHECKPOINT_CHARS": "lots"} {
 		_, err := parse("rindled", nil, envOf(map[string]string{k: v}), io.Discard, nil)
 		require.ErrorContains(t, err, k, "%s=%s", k, v)
 	}
@@ -203,6 +203,12 @@ func TestEnvironmentValuesAreParsedOrRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 7*time.Second, s.leaseTTL)
 	require.Equal(t, 9, s.dbMaxConns)
+	require.Equal(t, DefaultCheckpointChars, s.checkpointChars)
+	s, err = parse("rindled", nil, envOf(map[string]string{"RINDLE_CHECKPOINT_CHARS": "300"}), io.Discard, nil)
+	require.NoError(t, err)
+	require.Equal(t, 300, s.checkpointChars)
+	_, err = parse("rindled", []string{"-checkpoint-chars", "0"}, envOf(nil), io.Discard, nil)
+	require.ErrorContains(t, err, "-checkpoint-chars 0: want at least 1")
 	s, err = parse("rindled", []string{"-lease-ttl", "3s"}, envOf(map[string]string{"RINDLE_LEASE_TTL": "7s"}), io.Discard, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Second, s.leaseTTL, "the flag wins")

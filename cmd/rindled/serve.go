@@ -170,7 +170,8 @@ func (in *server) startLive(ctx context.Context) error {
 	}
 	tel, logger := in.tel, in.logger
 	in.plane, err = producer.New(producer.Config{
-		Committer: store,
+		Committer:       store,
+		CheckpointChars: in.s.checkpointChars,
 		// A burst of answers opened together spreads its interval commits over a quarter of
 		// the interval instead of hitting the database in waves.
 		CheckpointSpread: producer.DefaultCheckpointInterval / 4,
