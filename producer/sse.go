@@ -172,11 +172,6 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 		}
 		return flush()
 	}
-	SetSSEHeaders(w.Header())
-	w.WriteHeader(http.StatusOK)
-	if err := flush(); err != nil {
-		return err
-	}
 	// The live plane's shared encoding, when the source can hand it over.
 	nextOf := func(ctx context.Context) (Frame, []byte, error) {
 		f, err := src.Next(ctx)
@@ -185,15 +180,36 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 	if e, ok := src.(EncodedFrameReader); ok {
 		nextOf = e.NextEncoded
 	}
+	SetSSEHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
 	buf := make([]byte, 0, 512)
 	if cfg.Retry > 0 {
+		if err := extend(); err != nil {
+			return err
+		}
 		buf = append(buf, "retry: "...)
 		buf = strconv.AppendInt(buf, cfg.Retry.Milliseconds(), 10)
 		buf = append(buf, "\n\n"...)
-		if err := write(buf); err != nil {
+		if _, err := w.Write(buf); err != nil {
 			return err
 		}
 		buf = buf[:0]
+	}
+	// The head (status, headers, retry) goes out with the first frames when they are ready, as
+	// a join's open frame and catch-up are: one write instead of three. Otherwise it is flushed
+	// now, so the client sees the stream open before anything happens on it.
+	first, firstEnc, err := nextOf(ready)
+	held := err == nil
+	if !held {
+		if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) && ctx.Err() == nil {
+			err = nil
+		}
+		if ferr := flush(); ferr != nil {
+			return ferr
+		}
+		if err != nil {
+			return err
+		}
 	}
 	// The keep-alive runs in periods, not per frame: a context that a timer cuts after the
 	// period, shared by every Next until it ends. When it ends, a ping goes out only if nothing
@@ -209,7 +225,13 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 	startPeriod(cfg.KeepAlive)
 	defer func() { endPeriod() }()
 	for {
-		f, enc, err := nextOf(period)
+		var f Frame
+		var enc []byte
+		if held {
+			f, enc, err, held = first, firstEnc, nil, false
+		} else {
+			f, enc, err = nextOf(period)
+		}
 		switch {
 		case errors.Is(err, io.EOF):
 			return nil

@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,4 +313,69 @@ func TestSharedEncodingIsTheFramesSSE(t *testing.T) {
 		}
 		require.Positive(t, shared, "live frames carry their encoding")
 	}
+}
+
+// flushCounter is a ResponseWriter that counts its flushes.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	mu      sync.Mutex
+	flushes int
+}
+
+func (f *flushCounter) Write(b []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ResponseRecorder.Write(b)
+}
+
+func (f *flushCounter) Flush() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flushes++
+	f.ResponseRecorder.Flush()
+}
+
+func (f *flushCounter) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.flushes
+}
+
+// blockingReader has no frame until its context ends.
+type blockingReader struct{}
+
+func (blockingReader) Next(ctx context.Context) (producer.Frame, error) {
+	<-ctx.Done()
+	return producer.Frame{}, context.Cause(ctx)
+}
+
+func (blockingReader) Close() {}
+
+// The head (status, headers, retry) goes out in the same flush as the frames already queued, as
+// a join's are; with nothing queued, it is flushed at once, so the client sees the stream open.
+func TestSSEHeadGoesWithTheFirstFrames(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	s := w.open(t, "m")
+	require.NoError(t, s.Push("hello"))
+	require.NoError(t, s.Close(t.Context()))
+	sub, err := w.plane.Subscribe(t.Context(), producer.SubscribeInput{StreamID: "m"})
+	require.NoError(t, err)
+	rec := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+	require.NoError(t, producer.WriteSSE(t.Context(), rec, sub, producer.SSEConfig{Retry: time.Second}))
+	require.Equal(t, 1, rec.count(), "head, open, chunk and end in one flush")
+	body := rec.Body.String()
+	require.True(t, strings.HasPrefix(body, "retry: 1000\n\nid: 0\n"), body)
+	require.Contains(t, body, `"text":"hello"`)
+	require.Contains(t, body, `"type":"end"`)
+
+	idle := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- producer.WriteSSE(ctx, idle, blockingReader{}, producer.SSEConfig{Retry: time.Second}) }()
+	require.Eventually(t, func() bool { return idle.count() == 1 }, 5*time.Second, time.Millisecond, "the head is flushed without waiting for a frame")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Equal(t, http.StatusOK, idle.Code)
+	require.Equal(t, "retry: 1000\n\n", idle.Body.String())
 }
