@@ -613,11 +613,20 @@ func join(ctx context.Context, s *server, c config, id string, record func(strin
 			}
 		})
 	}
+	cpu0, err := s.cpuSeconds()
+	if err != nil {
+		return err
+	}
 	close(gate)
 	wg.Wait()
+	cpu1, err := s.cpuSeconds()
+	if err != nil {
+		return err
+	}
 	if err, ok := failed.Load().(error); ok {
 		return err
 	}
+	record(fmt.Sprintf("join J=%d: server CPU µs per join", c.joiners), (cpu1-cpu0)/float64(c.joiners)*1e6)
 	slices.Sort(firsts)
 	record(fmt.Sprintf("join J=%d at 0 of %d units: first chunk p50 ms", c.joiners, seq), pct(firsts, 0.50))
 	record(fmt.Sprintf("join J=%d at 0 of %d units: first chunk p99 ms", c.joiners, seq), pct(firsts, 0.99))
