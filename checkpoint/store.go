@@ -42,7 +42,8 @@ type Config struct {
 	// RowsWriter, as PoolDB is), up to MaxGroup per transaction. Zero means DefaultWriters.
 	Writers int
 	// MaxGroup bounds the checkpoints one transaction commits. Zero means DefaultMaxGroup; 1
-	// turns group commit off.
+	// turns group commit off. Off (or on a DB that is not a RowsWriter), every checkpoint is its
+	// own transaction, run as soon as it comes, and Writers does not apply.
 	MaxGroup int
 }
 
