@@ -27,11 +27,12 @@ func (a *frameArena) encode(f Frame) *queued {
 	q := &a.frames[len(a.frames)-1]
 	q.f = f
 
-	need := sseBound(f)
+	strs := stringBytes(f)
+	need := sseFixed + 6*strs
 	if need > arenaBytes/4 {
-		// A large frame gets its own buffer: a slab of mostly one frame is no saving, and a
-		// reader holding a small frame would pin it.
-		q.sse = AppendSSE(make([]byte, 0, sseTypical(f)), f)
+		// A large frame gets its own buffer, sized for the usual case of nothing to escape: a
+		// slab of mostly one frame is no saving, and a reader holding a small frame would pin it.
+		q.sse = AppendSSE(make([]byte, 0, sseFixed+strs), f)
 		return q
 	}
 	if cap(a.bytes)-len(a.bytes) < need {
@@ -51,11 +52,9 @@ const sseFixed = 256
 
 // sseBound is an upper bound of len(AppendSSE(nil, f)): JSON escaping writes at most six bytes
 // for one byte of a string (a control byte as \u00XX).
-func sseBound(f Frame) int {
-	return sseFixed + 6*(len(f.Type)+len(f.StreamID)+len(f.Text)+len(f.Status)+len(f.Error))
-}
+func sseBound(f Frame) int { return sseFixed + 6*stringBytes(f) }
 
-// sseTypical is the encoding's size when nothing needs escaping, the usual case for text.
-func sseTypical(f Frame) int {
-	return sseFixed + len(f.Type) + len(f.StreamID) + len(f.Text) + len(f.Status) + len(f.Error)
+// stringBytes is the length of f's strings, which AppendSSE escapes.
+func stringBytes(f Frame) int {
+	return len(f.Type) + len(f.StreamID) + len(f.Text) + len(f.Status) + len(f.Error)
 }

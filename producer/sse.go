@@ -260,6 +260,15 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 		}
 		buf = buf[:0]
 		n := 0 // the bytes of this flush
+		// spill hands what buf gathered to the ResponseWriter.
+		spill := func() error {
+			if len(buf) == 0 {
+				return nil
+			}
+			_, err := w.Write(buf)
+			buf = buf[:0]
+			return err
+		}
 		put := func(f Frame, enc []byte) error {
 			if len(enc) < directSSEWrite {
 				before := len(buf)
@@ -268,11 +277,8 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 				return nil
 			}
 			n += len(enc)
-			if len(buf) > 0 {
-				if _, err := w.Write(buf); err != nil {
-					return err
-				}
-				buf = buf[:0]
+			if err := spill(); err != nil {
+				return err
 			}
 			_, err := w.Write(enc)
 			return err
@@ -290,10 +296,8 @@ func WriteSSE(ctx context.Context, w http.ResponseWriter, src FrameReader, cfg S
 				return err
 			}
 		}
-		if len(buf) > 0 {
-			if _, err := w.Write(buf); err != nil {
-				return err
-			}
+		if err := spill(); err != nil {
+			return err
 		}
 		if err := flush(); err != nil {
 			return err

@@ -42,6 +42,13 @@ type floorServer struct {
 	streams map[string]*floorStream
 }
 
+// length is the stream's length, read under its lock.
+func (s *floorStream) length() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.text)
+}
+
 func (f *floorServer) stream(id string) *floorStream {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -100,10 +107,7 @@ func (f *floorServer) routes() http.Handler {
 		ok(w, map[string]any{"seq": seq})
 	})
 	mux.HandleFunc("POST /v1/streams/{id}/flush", func(w http.ResponseWriter, r *http.Request) {
-		s := f.stream(r.PathValue("id"))
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		ok(w, map[string]any{"durableSeq": len(s.text)})
+		ok(w, map[string]any{"durableSeq": f.stream(r.PathValue("id")).length()})
 	})
 	mux.HandleFunc("POST /v1/streams/{id}/close", func(w http.ResponseWriter, r *http.Request) {
 		s := f.stream(r.PathValue("id"))
@@ -114,10 +118,7 @@ func (f *floorServer) routes() http.Handler {
 		ok(w, map[string]any{})
 	})
 	mux.HandleFunc("GET /v1/streams/{id}", func(w http.ResponseWriter, r *http.Request) {
-		s := f.stream(r.PathValue("id"))
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		ok(w, map[string]any{"seq": len(s.text)})
+		ok(w, map[string]any{"seq": f.stream(r.PathValue("id")).length()})
 	})
 	mux.HandleFunc("GET /v1/streams/{id}/events", func(w http.ResponseWriter, r *http.Request) {
 		s := f.stream(r.PathValue("id"))

@@ -128,20 +128,19 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer stopServer()
-	targets := []struct {
+	// target is a server the scenarios run against, and the prefix of its figures' names.
+	type target struct {
 		prefix string
 		srv    *server
-	}{{"", srv}}
+	}
+	targets := []target{{"", srv}}
 	if c.floor {
 		floor, stopFloor, err := startFloor(ctx)
 		if err != nil {
 			return err
 		}
 		defer stopFloor()
-		targets = append(targets, struct {
-			prefix string
-			srv    *server
-		}{"[floor] ", floor})
+		targets = append(targets, target{"[floor] ", floor})
 	}
 
 	figures := map[string][]float64{}
