@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -234,6 +236,9 @@ func TestSweeperForgetsDeadHosts(t *testing.T) {
 // A real lease: when renewals stop (the row is locked by another session), the holder fences
 // itself while the database still counts its lease as live, so no other host's sweeper can have
 // acted first; and once renewals succeed again it says so.
+//
+// The fence comes Guard before the lapse by the holder's clock; the test gives it a wide Guard
+// (2 s of a 4 s TTL) so that a busy machine's scheduling delay cannot make the fence late.
 func TestLeaseFencesItselfBeforeItLapses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -241,7 +246,8 @@ func TestLeaseFencesItselfBeforeItLapses(t *testing.T) {
 	lost := make(chan bool, 1) // whether the database still held the lease at the fence
 	held := make(chan struct{}, 64)
 	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{
-		DB: checkpoint.PoolDB(b.db.Pool), HostID: "h1", TTL: time.Second,
+		DB: checkpoint.PoolDB(b.db.Pool), HostID: "h1",
+		TTL: 4 * time.Second, Interval: time.Second, Guard: 2 * time.Second,
 		OnLostFunc: func(error) {
 			var live bool
 			// Another connection: the row is locked, but a plain read is not blocked.
@@ -255,14 +261,11 @@ func TestLeaseFencesItselfBeforeItLapses(t *testing.T) {
 	t.Cleanup(lease.Stop)
 	require.True(t, lease.Held())
 
-	tx, err := b.db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "SELECT * FROM rindle_hosts WHERE host = 'h1' FOR UPDATE")
-	require.NoError(t, err)
+	tx := lockLeaseRow(t, b.db, "h1")
 	select {
 	case live := <-lost:
 		require.True(t, live, "the holder fenced itself only after its lease had lapsed in the database")
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the lease never fenced its holder")
 	}
 	require.False(t, lease.Held())
@@ -272,10 +275,53 @@ func TestLeaseFencesItselfBeforeItLapses(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	select {
 	case <-held:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the lease was never held again")
 	}
 	require.True(t, lease.Held())
+}
+
+// lockLeaseRow holds host's lease row FOR UPDATE in a transaction of its own until the test
+// rolls it back, or until the test ends (even a failed one: a transaction left open would hold
+// its connection, and the pool's close in the database's cleanup would wait for it forever).
+func lockLeaseRow(t *testing.T, db *pgtest.DB, host string) pgx.Tx {
+	t.Helper()
+	tx, err := db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = tx.Exec(t.Context(), "SELECT * FROM rindle_hosts WHERE host = $1 FOR UPDATE", host)
+	require.NoError(t, err)
+	return tx
+}
+
+// Stop cannot hang behind a lease row another session holds locked (and so neither can a
+// drain on SIGTERM): the renewal stuck on the lock is abandoned, and the release gives up after
+// ReleaseTimeout, leaving the lease to lapse.
+func TestLeaseStopIsBoundedBehindALockedRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	lease, err := checkpoint.NewLease(checkpoint.LeaseConfig{
+		DB: checkpoint.PoolDB(b.db.Pool), HostID: "h1", TTL: time.Minute, Interval: time.Second,
+		RetryInterval: 10 * time.Millisecond, ReleaseTimeout: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, lease.Start(t.Context()))
+	tx := lockLeaseRow(t, b.db, "h1")
+	// Wait until a renewal is stuck on the lock.
+	require.Eventually(t, func() bool {
+		var waiting int
+		_ = b.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting)
+		return waiting > 0
+	}, time.Minute, 5*time.Millisecond, "a renewal waits for the lock")
+	stopped := make(chan struct{})
+	go func() { lease.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(time.Minute): // a hang bound, not a performance assertion
+		t.Fatal("Stop hung behind the locked lease row")
+	}
+	// Stop returned while the row was still locked.
+	require.NoError(t, tx.Rollback(t.Context()))
 }
 
 // An open of a sealed row is refused as sealed, whatever its length; a row released at 0 (an

@@ -35,6 +35,10 @@ type faultDB struct {
 	held        chan struct{} // signalled when a batch starts waiting at the gate
 	beforeBatch func(context.Context) error
 	latency     time.Duration
+	// schedule, when set, runs under mu at the start of every write, with the write's number
+	// (from 1), before that write takes its faults: a fault plan driven by counts of writes,
+	// which injects the same faults per write on a fast machine and on a slow one.
+	schedule func(n int64, f *faultDB)
 
 	batches atomic.Int64
 	queries atomic.Int64
@@ -68,8 +72,11 @@ func (f *faultDB) WriteRows(ctx context.Context, writes []checkpoint.RowWrite) e
 // write runs one write with the faults set: refused before applying, applied with its reply
 // lost, held at the gate, slowed.
 func (f *faultDB) write(ctx context.Context, apply func(context.Context) error) error {
-	f.batches.Add(1)
+	n := f.batches.Add(1)
 	f.mu.Lock()
+	if f.schedule != nil {
+		f.schedule(n, f)
+	}
 	hook := f.beforeBatch
 	f.beforeBatch = nil
 	gate, down, latency := f.gate, f.down, f.latency

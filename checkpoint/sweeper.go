@@ -16,6 +16,8 @@ const (
 	DefaultSweepInterval = 5 * time.Second
 	DefaultForgetAfter   = time.Hour
 	DefaultHostsTable    = "rindle_hosts"
+	// DefaultReleaseTimeout bounds a lease's release when it stops.
+	DefaultReleaseTimeout = 5 * time.Second
 )
 
 // LeaseConfig configures a host's lease.
@@ -46,6 +48,10 @@ type LeaseConfig struct {
 	OnHeldFunc func(ctx context.Context)
 	// HostsTable holds the leases. Defaults to DefaultHostsTable.
 	HostsTable string
+	// ReleaseTimeout bounds the release in Stop: a lease row another session holds locked
+	// (or a database that does not answer) cannot hold a stopping host, and so a drain, any
+	// longer; an unreleased lease lapses after its TTL. Defaults to DefaultReleaseTimeout.
+	ReleaseTimeout time.Duration
 	// Logger hears failed renewals, the fence and the recovery. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -85,7 +91,7 @@ func NewLease(cfg LeaseConfig) (*Lease, error) {
 	if cfg.HostID == "" {
 		return nil, &ConfigError{Field: "HostID", Reason: "is required"}
 	}
-	for field, v := range map[string]time.Duration{"TTL": cfg.TTL, "Interval": cfg.Interval, "RetryInterval": cfg.RetryInterval, "Guard": cfg.Guard} {
+	for field, v := range map[string]time.Duration{"TTL": cfg.TTL, "Interval": cfg.Interval, "RetryInterval": cfg.RetryInterval, "Guard": cfg.Guard, "ReleaseTimeout": cfg.ReleaseTimeout} {
 		if v < 0 {
 			return nil, &ConfigError{Field: field, Reason: "must not be negative"}
 		}
@@ -108,6 +114,9 @@ func NewLease(cfg LeaseConfig) (*Lease, error) {
 	if cfg.HostsTable == "" {
 		cfg.HostsTable = DefaultHostsTable
 	}
+	if cfg.ReleaseTimeout == 0 {
+		cfg.ReleaseTimeout = DefaultReleaseTimeout
+	}
 	if err := (Tables{Message: cfg.HostsTable}).validate(); err != nil {
 		return nil, err
 	}
@@ -125,10 +134,20 @@ func NewLease(cfg LeaseConfig) (*Lease, error) {
 
 // Renew extends the lease by TTL from the database's now.
 func (l *Lease) Renew(ctx context.Context) error {
-	if err := l.cfg.DB.Batch(ctx, Statement{SQL: l.renew, Args: []any{l.cfg.HostID, l.cfg.TTL.Seconds()}}); err != nil {
+	if err := l.write(ctx, l.cfg.Interval, Statement{SQL: l.renew, Args: []any{l.cfg.HostID, l.cfg.TTL.Seconds()}}); err != nil {
 		return fmt.Errorf("lease for host %s: renew: %w", l.cfg.HostID, err)
 	}
 	return nil
+}
+
+// write runs one statement on the lease row with the server's lock_timeout at half of wait, the
+// caller's bound: a row another session holds locked makes the server give the statement up
+// too, so an attempt the holder abandoned does not wait on in the database and apply much later
+// (PostgreSQL does not notice a client that left while its statement waits for a lock).
+func (l *Lease) write(ctx context.Context, wait time.Duration, stmt Statement) error {
+	return l.cfg.DB.Batch(ctx,
+		Statement{SQL: "SELECT set_config('lock_timeout', $1, true)", Args: []any{fmt.Sprintf("%dms", max(wait.Milliseconds()/2, 1))}},
+		stmt)
 }
 
 // Held reports whether the lease is proven: renewed, and short of its guard.
@@ -234,14 +253,17 @@ func (l *Lease) loop(ctx context.Context) {
 	}
 }
 
-// Stop ends the renewals and releases the lease. Safe to call twice.
+// Stop ends the renewals and releases the lease. Safe to call twice. It is bounded even when
+// another session holds the lease row locked: the renewal in flight is abandoned with the
+// loop's context (pgx ends a cancelled query at once), and the release waits at most
+// ReleaseTimeout.
 func (l *Lease) Stop() {
 	if !l.runner.Stop() {
 		return
 	}
-	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, stop := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
 	defer stop()
-	if err := l.cfg.DB.Batch(ctx, Statement{SQL: l.remove, Args: []any{l.cfg.HostID}}); err != nil {
+	if err := l.write(ctx, l.cfg.ReleaseTimeout, Statement{SQL: l.remove, Args: []any{l.cfg.HostID}}); err != nil {
 		l.cfg.Logger.Warn("lease release failed; it lapses after its TTL", "host", l.cfg.HostID, "err", err)
 	}
 }

@@ -543,7 +543,9 @@ type Relay struct {
 	// a stream's lock: a Publish that blocks backs up the outbox, whose overflow is dropped, and
 	// never the producer. It must not call back into the plane. An error or panic is reported
 	// to OnRelayErrorFunc and otherwise ignored: a relay outage may cost the live leg, never the
-	// generation.
+	// generation. A published frame becomes visible to Attach eventually, not necessarily
+	// when Publish returns (a broker may capture it asynchronously); once a stream's first
+	// frame is visible, a source yields every frame published after it, in order.
 	Publish func(streamID string, f Frame) error
 
 	// Attach returns the frames of a stream this process does not host, from offset from on, or

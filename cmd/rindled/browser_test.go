@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -37,17 +38,28 @@ func browser(t *testing.T) context.Context {
 		chromedp.NoSandbox, // root, in a container
 		chromedp.Flag("disable-dev-shm-usage", true),
 	)
-	// Chromium's first start on a loaded machine can miss chromedp's handshake: try thrice.
+	// Chromium's first start on a loaded machine can miss chromedp's handshake: try thrice,
+	// each start abandoned after 90 s. The browser lives as long as the context of its first
+	// Run, so that bound is a timer that cancels a start still under way, not a deadline on the
+	// context the test then uses: the test's waits are bounded only by the test binary's own
+	// deadline (a hang bound), since a loaded machine may take long to stream an answer.
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 		bctx, cancel := chromedp.NewContext(actx)
-		ctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
-		if err = chromedp.Do(ctx); err == nil {
-			t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+		abandon := time.AfterFunc(90*time.Second, cancel)
+		err = chromedp.Do(bctx)
+		if abandon.Stop() && err == nil {
+			ctx, cancelDeadline := bctx, context.CancelFunc(func() {})
+			if d, ok := t.Deadline(); ok {
+				ctx, cancelDeadline = context.WithDeadline(bctx, d.Add(-30*time.Second))
+			}
+			t.Cleanup(func() { cancelDeadline(); cancel(); cancelAlloc() })
 			return ctx
 		}
-		cancelTimeout()
+		if err == nil {
+			err = errors.New("the start was abandoned after 90 s")
+		}
 		cancel()
 		cancelAlloc()
 		t.Logf("starting Chromium, attempt %d: %v", attempt, err)

@@ -2,9 +2,11 @@
 // in-memory broadcast relay between planes of one process.
 //
 // Run checks what the plane relies on from a broadcast relay (one that implements both Publish
-// and Attach): a stream nobody published is absent; a source yields the stream's frames in
-// publication order, from its first, and then what is published live; streams never mix,
-// whatever their ids; Next honours its context; Close releases the source. Each adapter runs
+// and Attach): a stream nobody published is absent; a published stream becomes attachable
+// eventually (Publish may hand the frame to a broker that captures it later, so the suite waits
+// for an attach to find it rather than expecting it at once); a source yields the stream's
+// frames in publication order, from its first, and then what is published live; streams never
+// mix, whatever their ids; Next honours its context; Close releases the source. Each adapter runs
 // it: the NATS relay in broker, Hub here. The plane's own defences (the conform pass, stale on
 // a gap) are tested in producer; this suite pins the adapter's half.
 //
@@ -148,9 +150,7 @@ func Run(t *testing.T, newRelay func(t *testing.T) *producer.Relay) {
 		r := relay(t, newRelay)
 		s := id(t, "m")
 		require.NoError(t, r.Publish(s, producer.Frame{Type: producer.FrameOpen, StreamID: s}))
-		src, err := r.Attach(t.Context(), s, 0)
-		require.NoError(t, err)
-		require.NotNil(t, src)
+		src := eventuallyAttach(t, r, s)
 		require.NoError(t, src.Close())
 		// Another attach is unaffected.
 		require.Len(t, next(t, attach(t, r, s), 1), 1)
@@ -165,13 +165,35 @@ func relay(t *testing.T, newRelay func(t *testing.T) *producer.Relay) *producer.
 	return r
 }
 
+// attach attaches to a stream the test published, once it is visible, and closes the source
+// when the test ends.
 func attach(t *testing.T, r *producer.Relay, streamID string) producer.FrameSource {
 	t.Helper()
-	src, err := r.Attach(t.Context(), streamID, 0)
-	require.NoError(t, err)
-	require.NotNil(t, src, "published frames: the stream is not absent")
+	src := eventuallyAttach(t, r, streamID)
 	t.Cleanup(func() { _ = src.Close() })
 	return src
+}
+
+// eventuallyAttach waits until an attach to a published stream finds it. What a relay promises
+// after Publish returns is that the frame becomes visible, not that it already is: the NATS
+// relay's publish is buffered by the client and captured by the server afterwards. The wait is
+// on that condition; the bound only ends a relay that never shows the stream.
+func eventuallyAttach(t *testing.T, r *producer.Relay, streamID string) producer.FrameSource {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), frameTimeout)
+	defer cancel()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		src, err := r.Attach(ctx, streamID, 0)
+		require.NoError(t, err)
+		if src != nil {
+			return src
+		}
+		select {
+		case <-ctx.Done():
+			require.FailNow(t, "published frames: the stream stayed absent", "%s", streamID)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // next reads n frames, each within frameTimeout.
