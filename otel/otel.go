@@ -109,7 +109,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, func(context.Context) e
 	}
 
 	traceOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	metricOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	metricOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithView(httpMetricsView)}
 	if cfg.SpanExporter != nil {
 		traceOpts = append(traceOpts, sdktrace.WithSyncer(cfg.SpanExporter))
 	}
@@ -365,6 +365,21 @@ func (i *Instruments) ObserveDurability(f func() producer.DurabilityStats) error
 		return nil
 	}, chars, streams, age)
 	return err
+}
+
+// httpMetricsView keeps only a fixed set of attributes on the instruments of otelhttp's scope,
+// each of which takes its values from a small set (the route pattern, never the path; the
+// method, which otelhttp folds to _OTHER when it is not a standard one). otelhttp also records
+// server.address and server.port from the request's Host header, which any client chooses:
+// every distinct Host would mint new series without bound.
+func httpMetricsView(i sdkmetric.Instrument) (sdkmetric.Stream, bool) {
+	if i.Scope.Name != otelhttp.ScopeName {
+		return sdkmetric.Stream{}, false
+	}
+	return sdkmetric.Stream{Name: i.Name, Description: i.Description, Unit: i.Unit,
+		AttributeFilter: attribute.NewAllowKeysFilter(
+			"http.request.method", "http.response.status_code", "http.route", "url.scheme",
+			"network.protocol.name", "network.protocol.version", "error.type")}, true
 }
 
 // HTTPHandler instruments h with otelhttp on this Telemetry's providers and propagator: a

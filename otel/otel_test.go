@@ -2,6 +2,7 @@ package otel_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"io"
 	"net/http"
@@ -253,5 +254,56 @@ func TestSlotLagSurvivesAnOutageAndDurabilityIsGauged(t *testing.T) {
 	for _, name := range []string{"rindle_durability_outstanding{", "rindle_durability_outstanding_streams{",
 		"rindle_durability_outstanding_age_seconds{", "rindle_cdc_slot_lag_bytes{", "rindle_cdc_slot_lag_age_seconds{"} {
 		require.Contains(t, rec.Body.String(), "\n"+name)
+	}
+}
+
+// No metric label takes its value from a request: a client that sends many Host headers, odd
+// methods and unknown paths adds no series (issue: each Host minted ~53 new series).
+func TestHTTPMetricsHaveNoLabelFromTheRequest(t *testing.T) {
+	tel, _, reader := setup(t, rotel.Config{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/streams/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{}") })
+	srv := httptest.NewServer(tel.HTTPHandler(mux, nil))
+	defer srv.Close()
+	series := func() int {
+		n := 0
+		for _, m := range metricsByName(t, reader) {
+			switch d := m.Data.(type) {
+			case metricdata.Histogram[float64]:
+				n += len(d.DataPoints)
+			case metricdata.Histogram[int64]:
+				n += len(d.DataPoints)
+			case metricdata.Sum[int64]:
+				n += len(d.DataPoints)
+			}
+		}
+		return n
+	}
+	send := func(method, host, path string) {
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	send("GET", "a.example", "/v1/streams/m1")
+	send("GET", "a.example", "/nowhere")
+	base := series()
+	for i := range 50 {
+		send("GET", fmt.Sprintf("h%d.example:%d", i, 1000+i), fmt.Sprintf("/v1/streams/m%d", i))
+		send("GET", fmt.Sprintf("h%d.example", i), fmt.Sprintf("/nowhere/%d", i))
+		send(fmt.Sprintf("BREW%d", i), "a.example", "/v1/streams/m1")
+	}
+	got := series()
+	require.LessOrEqual(t, got, base+4, "requests with new hosts, paths and methods add no series (a new method class and status at most)")
+	for _, m := range metricsByName(t, reader) {
+		if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
+			for _, dp := range h.DataPoints {
+				for _, kv := range dp.Attributes.ToSlice() {
+					require.NotContains(t, []string{"server.address", "server.port", "client.address", "url.path", "user_agent.original"}, string(kv.Key), m.Name)
+				}
+			}
+		}
 	}
 }
