@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rindle-sh/rindle-go/producer"
 )
 
 // Statement is one SQL statement with its arguments.
@@ -94,4 +97,23 @@ func (d poolDB) WriteRows(ctx context.Context, writes []RowWrite) error {
 		}
 	}
 	return br.Close()
+}
+
+// permanentIf marks err as producer.ErrPermanent when PostgreSQL refused the statement for what
+// it holds, which no retry can change: a data exception (class 22: U+0000 or an invalid byte
+// sequence, a value too long for an app's column, a number out of range) or a program limit
+// (class 54: a row or an index entry too large). Only a refusal the read-back confirmed (the
+// row did not move) reaches here, so the plane may end the stream on it.
+func permanentIf(err error) error {
+	if IsPermanent(err) {
+		return &producer.PermanentError{Err: err}
+	}
+	return err
+}
+
+// IsPermanent reports whether err is PostgreSQL refusing a statement for its data (SQLSTATE
+// class 22) or for a program limit (class 54): retrying the same statement cannot succeed.
+func IsPermanent(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54"))
 }

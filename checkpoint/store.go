@@ -292,7 +292,7 @@ func (s *Store) Append(ctx context.Context, in producer.AppendInput) (producer.A
 	case !r.ours(s.token):
 		return r.result(), r.fence(in.StreamID)
 	case wrote && r.seq < int64(in.Seq):
-		return producer.AppendResult{}, fmt.Errorf("stream %s: append %d→%d: %w", in.StreamID, in.From, in.Seq, werr)
+		return producer.AppendResult{}, permanentIf(fmt.Errorf("stream %s: append %d→%d: %w", in.StreamID, in.From, in.Seq, werr))
 	}
 	// Committed with its reply lost, or a stale slice the guard refused: the row's length says
 	// which, and the plane re-covers from it.
@@ -418,7 +418,7 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 	case r.status == string(in.Status) && r.seq == int64(n):
 		return nil
 	case r.ours(s.token) && werr != nil:
-		return fmt.Errorf("stream %s: close %s at %d: %w", in.StreamID, in.Status, in.Seq, werr)
+		return permanentIf(fmt.Errorf("stream %s: close %s at %d: %w", in.StreamID, in.Status, in.Seq, werr))
 	case r.ours(s.token):
 		return fmt.Errorf("stream %s: close %s at %d: the row is still streaming at %d", in.StreamID, in.Status, in.Seq, r.seq)
 	}

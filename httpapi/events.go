@@ -91,7 +91,7 @@ func (s *Server) registerEvents() {
 				Headers: map[string]*huma.Param{HostHeader: {Description: "The instance producing the stream, while it is live.", Schema: &huma.Schema{Type: "string"}}},
 				Content: map[string]*huma.MediaType{"text/event-stream": {Schema: &huma.Schema{Type: "array", Items: s.frameSchemas()}}}},
 			"204": {Description: "The reconnect is at or past the end of a sealed stream: nothing more will come."},
-			"400": s.problemResponse("Malformed offset"),
+			"400": s.problemResponse("Malformed offset, or an id PostgreSQL cannot store (U+0000, invalid UTF-8)"),
 			"401": s.problemResponse("No valid bearer token"),
 			"403": s.problemResponse("Denied, or no such stream"),
 			"503": s.problemResponse("The database or the view is unavailable"),
@@ -99,6 +99,10 @@ func (s *Server) registerEvents() {
 	})
 	s.mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
+		if err := unstorable("the stream id", id); err != nil {
+			writeProblem(w, err)
+			return
+		}
 		// Everything that can fail does so before the first byte, while a status is possible.
 		a, err := s.reader(r.Context(), eventsAuth(r), id)
 		if err != nil {

@@ -27,7 +27,7 @@ func (s *Server) registerIngest() {
 	s.api.OpenAPI().AddOperation(&huma.Operation{
 		OperationID: "ingestStream", Method: http.MethodPost, Path: path, Security: security(),
 		Summary: "Push a streamed text/plain body, each piece as it arrives",
-		Description: "Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. " +
+		Description: "Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. " +
 			"With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. " +
 			"When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.",
 		Parameters: []*huma.Param{
@@ -37,7 +37,7 @@ func (s *Server) registerIngest() {
 		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{"text/plain": {Schema: &huma.Schema{Type: "string"}}}},
 		Responses: map[string]*huma.Response{
 			"200": {Description: "The body was pushed, or the ingest stopped because a reader cancelled (`cancelled`).", Content: map[string]*huma.MediaType{"application/json": {Schema: result}}},
-			"400": s.problemResponse("Invalid UTF-8 or a malformed expectedSeq (what came before the invalid bytes was pushed)"),
+			"400": s.problemResponse("Invalid UTF-8, U+0000 or a malformed expectedSeq (what came before the refused bytes was pushed)"),
 			"401": s.problemResponse("No valid bearer token"),
 			"403": s.problemResponse("No producer scope"),
 			"404": s.problemResponse("Not open on this instance"),
@@ -52,12 +52,15 @@ func (s *Server) registerIngest() {
 			writeProblem(w, err)
 			return
 		}
-		if ct := r.Header.Get("Content-Type"); ct != "" {
-			mt, params, err := mime.ParseMediaType(ct)
-			if cs := strings.ToLower(params["charset"]); err != nil || mt != "text/plain" || (cs != "" && cs != "utf-8") {
-				writeProblem(w, huma.Error415UnsupportedMediaType(fmt.Sprintf("ingest takes text/plain (UTF-8), not %q: nothing was pushed", ct)))
-				return
-			}
+		ct := r.Header.Get("Content-Type")
+		mt, params, err := mime.ParseMediaType(ct)
+		if cs := strings.ToLower(params["charset"]); err != nil || mt != "text/plain" || (cs != "" && cs != "utf-8") {
+			writeProblem(w, huma.Error415UnsupportedMediaType(fmt.Sprintf("ingest takes text/plain (UTF-8), not %q: nothing was pushed", ct)))
+			return
+		}
+		if err := unstorable("the stream id", r.PathValue("id")); err != nil {
+			writeProblem(w, err)
+			return
 		}
 		st, err := s.hosted(r.PathValue("id"))
 		if err != nil {
@@ -126,7 +129,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 			cut = len(chunk) // nothing more will complete it
 		}
 		carry = append([]byte(nil), chunk[cut:]...)
-		valid := validPrefix(chunk[:cut])
+		valid := storablePrefix(chunk[:cut])
 		if valid > 0 {
 			text := string(chunk[:valid])
 			took, err := push(r.Context(), st, at, text)
@@ -144,7 +147,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 			}
 		}
 		if valid < cut {
-			writeProblem(w, huma.Error400BadRequest(fmt.Sprintf("the body is not valid UTF-8 after %d code units; what came before was pushed", st.Seq())))
+			writeProblem(w, huma.Error400BadRequest(fmt.Sprintf("the body is not storable text after %d code units (invalid UTF-8, or U+0000, which PostgreSQL cannot store); what came before was pushed", st.Seq())))
 			return
 		}
 		var tooBig *http.MaxBytesError
@@ -162,11 +165,12 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 	}
 }
 
-// validPrefix is the length of b's longest valid UTF-8 prefix.
-func validPrefix(b []byte) int {
+// storablePrefix is the length of b's longest prefix that is storable text: valid UTF-8 without
+// U+0000 (producer.ErrInvalidText says why).
+func storablePrefix(b []byte) int {
 	for i := 0; i < len(b); {
 		r, size := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && size == 1 {
+		if (r == utf8.RuneError && size == 1) || r == 0 {
 			return i
 		}
 		i += size

@@ -77,6 +77,11 @@ func (s *Server) registerProducerRoutes() {
 			if _, err := s.producer(in.Authorization); err != nil {
 				return nil, err
 			}
+			for field, v := range map[string]string{"id": in.Body.ID, "owner": in.Body.Owner, "chatId": in.Body.ChatID, "role": in.Body.Role} {
+				if err := unstorable(field, v); err != nil {
+					return nil, err
+				}
+			}
 			id := in.Body.ID
 			if id == "" {
 				id = fmt.Sprintf("msg-%d", time.Now().UnixNano())
@@ -235,6 +240,14 @@ func conflict(detail string, seq producer.Seq, cancelled bool) error {
 	return &conflictError{ErrorModel: huma.ErrorModel{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Detail: detail}, Seq: seq, Cancelled: cancelled}
 }
 
+// seqOf is the length of a stream this instance hosts (0 when it hosts none).
+func seqOf(p *producer.Plane, id string) producer.Seq {
+	if st, _ := p.Stream(id); st != nil {
+		return st.Seq()
+	}
+	return 0
+}
+
 // producerError maps a producer-route failure to its status. A fence (another writer sealed the
 // stream), a sealed or cancelled stream and an offset conflict are 409: retrying the same
 // request cannot help. A suspended host (its lease could not be renewed) is 503 with
@@ -250,14 +263,11 @@ func (s *Server) producerError(id, what string, err error) error {
 	case errors.As(err, &oc):
 		return conflict(fmt.Sprintf("stream %s: this text cannot start at %d: %s; nothing was pushed", id, oc.At, oc.Reason), oc.Seq, false)
 	case errors.Is(err, producer.ErrInvalidText):
-		return huma.Error400BadRequest("the text is not valid UTF-8: nothing was pushed")
+		return huma.Error400BadRequest(fmt.Sprintf("%v: nothing was pushed", err))
+	case errors.Is(err, producer.ErrPermanent):
+		return conflict(fmt.Sprintf("stream %s ended in error: the database refused its text for good (%v); it was sealed with what was durable", id, err), seqOf(s.cfg.Plane, id), false)
 	case errors.Is(err, producer.ErrCancelled):
-		st, _ := s.cfg.Plane.Stream(id)
-		var seq producer.Seq
-		if st != nil {
-			seq = st.Seq()
-		}
-		return conflict(fmt.Sprintf("stream %s was cancelled by a reader: nothing more is taken; close it", id), seq, true)
+		return conflict(fmt.Sprintf("stream %s was cancelled by a reader: nothing more is taken; close it", id), seqOf(s.cfg.Plane, id), true)
 	case errors.Is(err, producer.ErrSuspended):
 		return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("stream %s: this instance cannot confirm its lease on the database right now, so it takes no text; nothing of this request was taken: retry", id)),
 			http.Header{"Retry-After": {retryAfter}})

@@ -293,6 +293,10 @@ func (s *Server) claims(header string) (*Claims, error) {
 	if c.Subject == "" {
 		return nil, unauthorized("the bearer token has no subject", "invalid_token")
 	}
+	if unstorable("sub", c.Subject) != nil {
+		// The subject is stored as an owner and compared with stored owners.
+		return nil, unauthorized("the bearer token's subject holds U+0000 or is not valid UTF-8", "invalid_token")
+	}
 	s.tokens.Add(raw, &c)
 	return &c, nil
 }
@@ -381,6 +385,14 @@ type AuthHeader struct {
 type StreamPath struct {
 	AuthHeader
 	ID string `path:"id" minLength:"1" maxLength:"200" doc:"The message id, which is the stream id."`
+}
+
+// Resolve refuses an id PostgreSQL cannot store with 400, before any route reads the database.
+func (p *StreamPath) Resolve(huma.Context) []error {
+	if err := unstorable("the stream id", p.ID); err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
 func security() []map[string][]string { return []map[string][]string{{"bearer": {}}} }

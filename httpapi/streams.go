@@ -243,6 +243,10 @@ func cursor(client string) string {
 	return strconv.FormatInt(n, 10)
 }
 
+// maxStreamTTL bounds Stream-TTL (100 years of seconds): past it the expiry is out of
+// PostgreSQL's range, and a create would be taken and then fail every read.
+const maxStreamTTL = 100 * 365 * 24 * 3600
+
 var ttlPattern = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
 
 func streamProblem(w http.ResponseWriter, status int, detail string) {
@@ -261,6 +265,14 @@ func (s *Server) serveStreams(w http.ResponseWriter, r *http.Request) {
 		return
 	case len(path) > maxStreamPath:
 		streamProblem(w, http.StatusBadRequest, fmt.Sprintf("a stream path is at most %d bytes", maxStreamPath))
+		return
+	case strings.Contains(strings.ToLower(r.URL.EscapedPath()), "%2f"):
+		// a%2Fb and a/b would otherwise name one stream (the path is matched decoded).
+		streamProblem(w, http.StatusBadRequest, "a stream path may not hold an encoded slash (%2F): use / to nest")
+		return
+	}
+	if err := unstorable("the stream path", path); err != nil {
+		streamProblem(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if r.Method == http.MethodOptions {
@@ -359,6 +371,10 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
+	if _, _, err := mime.ParseMediaType(ct); err != nil {
+		streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %q is not a media type: %v", ct, err))
+		return
+	}
 	in := checkpoint.CreateStream{Path: path, Owner: c.Subject, ContentType: ct, Closed: closedHeader(r), SameType: sameType}
 	ttl, exp := r.Header.Get(hTTL), r.Header.Get(hExpiresAt)
 	if ttl != "" && exp != "" {
@@ -367,8 +383,8 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 	}
 	if ttl != "" {
 		n, err := strconv.ParseInt(ttl, 10, 64)
-		if !ttlPattern.MatchString(ttl) || err != nil {
-			streamProblem(w, http.StatusBadRequest, "Stream-TTL must be a non-negative integer of seconds")
+		if !ttlPattern.MatchString(ttl) || err != nil || n > maxStreamTTL {
+			streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Stream-TTL must be a non-negative integer of seconds, at most %d (100 years)", maxStreamTTL))
 			return
 		}
 		in.TTL = &n

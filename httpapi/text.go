@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -74,4 +75,18 @@ func rawTextProblem(raw []byte) string {
 		return "the text has an unpaired surrogate escape"
 	}
 	return ""
+}
+
+// unstorable refuses a name or message PostgreSQL cannot store (invalid UTF-8, or U+0000) with
+// 400 before it reaches the database, where it would fail like an outage (503, retried
+// forever by clients that retry 503) instead of like the input error it is. It returns nil for
+// storable text.
+func unstorable(field, v string) error {
+	switch {
+	case !utf8.ValidString(v):
+		return huma.Error400BadRequest(field + " is not valid UTF-8")
+	case strings.IndexByte(v, 0) >= 0:
+		return huma.Error400BadRequest(field + " holds U+0000 (NUL), which PostgreSQL cannot store")
+	}
+	return nil
 }

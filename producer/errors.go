@@ -14,8 +14,15 @@ var (
 	ErrForbidden = errors.New("forbidden")
 	// ErrClosed: the stream is sealed or sealing, or the plane is closed.
 	ErrClosed = errors.New("stream closed")
-	// ErrInvalidText: a pushed delta is not valid UTF-8. Nothing of it was taken.
-	ErrInvalidText = errors.New("invalid UTF-8 in pushed text")
+	// ErrInvalidText: a pushed delta is not text a durable store can hold: invalid UTF-8, or
+	// U+0000, which PostgreSQL's text type refuses (a model can be steered into emitting it).
+	// Nothing of it was taken, and no reader saw it.
+	ErrInvalidText = errors.New("text a durable store cannot hold")
+	// ErrPermanent: the store refused a checkpoint or a seal in a way no retry can change
+	// (PostgreSQL's data exceptions, class 22, and program limits, class 54). A Committer
+	// marks such an error with PermanentError. The plane does not retry it: the stream seals
+	// error at once with exactly what is durable, and every reader's end says so.
+	ErrPermanent = errors.New("the store refused the write for good")
 	// ErrNotDurable: a flush or seal could not make the produced text durable.
 	ErrNotDurable = errors.New("produced text is not durable")
 	// ErrFenced: the store no longer accepts this producer's writes, because someone else
@@ -127,3 +134,17 @@ type ConfigError struct {
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("producer: Config.%s: %s", e.Field, e.Reason)
 }
+
+// PermanentError marks a store's refusal that retrying cannot fix: errors.Is(err, ErrPermanent)
+// holds for it, and Err is the store's own error.
+type PermanentError struct {
+	Err error
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the store's error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrPermanent) true.
+func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }

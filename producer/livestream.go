@@ -7,6 +7,7 @@ import (
 	"iter"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,10 @@ type LiveStream struct {
 type sealRequest struct {
 	status Status
 	err    string
+	// durableOnly seals what is durable and nothing more: the store refused the rest for good
+	// (ErrPermanent), and cause is that refusal, which Close and Flush then report.
+	durableOnly bool
+	cause       error
 }
 
 type flushWaiter struct {
@@ -149,13 +154,32 @@ func (s *LiveStream) cancelLocked() {
 // Done is closed once the stream has ended: sealed, fenced, or released.
 func (s *LiveStream) Done() <-chan struct{} { return s.sealDone }
 
+// checkText refuses what no durable store of text can hold, before any reader sees it: invalid
+// UTF-8, and U+0000 (valid UTF-8, but PostgreSQL's text type refuses it, so a stream that took
+// it could never checkpoint or seal).
+func checkText(id, text string) error {
+	if !utf8.ValidString(text) {
+		return fmt.Errorf("stream %s: %w: not valid UTF-8", id, ErrInvalidText)
+	}
+	if i := strings.IndexByte(text, 0); i >= 0 {
+		return fmt.Errorf("stream %s: %w: U+0000 (NUL) at byte %d of the delta", id, ErrInvalidText, i)
+	}
+	return nil
+}
+
+// storable makes a seal's error message something the store can hold: the message comes from
+// an error (a model's, a library's) and must never be what makes a stream unsealable.
+func storable(msg string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(msg, "\uFFFD"), "\x00", "\uFFFD")
+}
+
 // Push appends a delta. It reaches every reader at once and is checkpointed by policy. It returns
-// ErrInvalidText for invalid UTF-8, ErrClosed once the stream is sealing, ErrCancelled once a
+// ErrInvalidText for invalid UTF-8 or U+0000, ErrClosed once the stream is sealing, ErrCancelled once a
 // reader's cancel was seen, ErrSuspended while the host cannot prove its lease, and ErrFenced
 // once another writer sealed the stream; in every case nothing of text was taken.
 func (s *LiveStream) Push(text string) error {
-	if !utf8.ValidString(text) {
-		return fmt.Errorf("stream %s: %w", s.id, ErrInvalidText)
+	if err := checkText(s.id, text); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -173,8 +197,8 @@ func (s *LiveStream) Push(text string) error {
 // *OffsetConflictError (ErrOffsetConflict) when text cannot be placed at at: nothing is taken
 // then, and the error says where the stream is. Otherwise it fails as Push does.
 func (s *LiveStream) PushAt(at Seq, text string) (Seq, error) {
-	if !utf8.ValidString(text) {
-		return 0, fmt.Errorf("stream %s: %w", s.id, ErrInvalidText)
+	if err := checkText(s.id, text); err != nil {
+		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -390,7 +414,7 @@ func (s *LiveStream) seal(ctx context.Context, status Status, errMsg string) err
 }
 
 func (s *LiveStream) startSealLocked(status Status, errMsg string) {
-	s.sealing = &sealRequest{status: status, err: errMsg}
+	s.sealing = &sealRequest{status: status, err: storable(errMsg)}
 	s.sealTry = make(chan struct{})
 	s.disarmLocked()
 	s.kickLocked(true)
@@ -571,6 +595,14 @@ func (s *LiveStream) commitTailLocked() (failed bool) {
 		// was a no-op, and the next round re-covers from the confirmed offset.
 		err = fmt.Errorf("stream %s: the store confirmed %d of %d: re-covering from there", s.id, confirmed, to)
 	}
+	if err != nil && errors.Is(err, ErrPermanent) {
+		// No retry can store this text: seal error with what is durable, at once.
+		s.mu.Unlock()
+		s.p.reportCheckpointError(err, info)
+		s.mu.Lock()
+		s.failPermanentLocked(err)
+		return true
+	}
 	if err != nil {
 		if !inflightAt.IsZero() && (s.pendingAt.IsZero() || inflightAt.Before(s.pendingAt)) {
 			s.pendingAt = inflightAt
@@ -606,6 +638,26 @@ func (s *LiveStream) advanceDurableLocked(seq Seq) {
 	s.resolveWaitersLocked()
 }
 
+// failPermanentLocked answers a store's permanent refusal: waiters hear it, and the stream seals
+// error with exactly what is durable (a seal already asked for is superseded: its text is what
+// the store refused).
+func (s *LiveStream) failPermanentLocked(err error) {
+	if s.ended || (s.sealing != nil && s.sealing.durableOnly) {
+		return
+	}
+	s.rejectWaitersLocked(math.MaxInt64, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: err})
+	if s.sealRetry != nil {
+		s.sealRetry.Stop()
+		s.sealRetry = nil
+	}
+	if s.sealTry == nil {
+		s.sealTry = make(chan struct{})
+	}
+	s.sealing = &sealRequest{status: StatusError, err: storable("the store refused the text: " + err.Error()), durableOnly: true, cause: err}
+	s.disarmLocked()
+	s.forced = true
+}
+
 func (s *LiveStream) commitSealLocked() {
 	seal := s.sealing
 	from := s.durableSeq
@@ -617,6 +669,10 @@ func (s *LiveStream) commitSealLocked() {
 		BodyFrom: s.buf.from,
 		Status:   seal.status,
 		Error:    seal.err,
+	}
+	if seal.durableOnly {
+		in.Seq = s.durableSeq
+		in.Body = s.buf.slice(s.buf.from, s.durableSeq)
 	}
 	pendingAt := s.pendingAt
 	causes := s.takeCausesLocked()
@@ -646,11 +702,17 @@ func (s *LiveStream) commitSealLocked() {
 	switch {
 	case s.ended:
 		// Fenced meanwhile.
+	case err == nil && seal.durableOnly:
+		s.endLocked(Frame{Type: FrameEnd, Seq: in.Seq, Status: seal.status, Error: seal.err}, seal.cause)
 	case err == nil:
 		s.durableSeq = s.seq
 		s.endLocked(Frame{Type: FrameEnd, Seq: s.seq, Status: seal.status, Error: seal.err}, nil)
 	case fence != nil:
 		s.fenceLocked(fence)
+	case errors.Is(err, ErrPermanent) && !seal.durableOnly:
+		// The seal's body holds what the store refused: seal what is durable instead, now.
+		s.failPermanentLocked(err)
+		s.kickLocked(true)
 	case s.detached:
 		// The plane is gone: nothing will retry. The row stays streaming until this host's lease
 		// lapses and another host's sweeper seals it; readers were detached without an end.

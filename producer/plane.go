@@ -489,7 +489,7 @@ func (p *Plane) retry(ctx context.Context, step func(context.Context) error) err
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrOpenRefused) || errors.Is(err, ErrFenced) {
+		if errors.Is(err, ErrOpenRefused) || errors.Is(err, ErrFenced) || errors.Is(err, ErrPermanent) {
 			return err
 		}
 		last = err

@@ -823,7 +823,7 @@ type ClientInterface interface {
 
 	// IngestStreamWithBody Push a streamed text/plain body, each piece as it arrives
 	//
-	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
+	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -832,7 +832,7 @@ type ClientInterface interface {
 
 	// IngestStreamWithTextBody Push a streamed text/plain body, each piece as it arrives
 	//
-	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
+	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 	//
 	// Takes a body of the `text/plain` content type.
 	//
@@ -1053,7 +1053,7 @@ func (c *Client) FlushStream(ctx context.Context, id string, reqEditors ...Reque
 
 // IngestStreamWithBody Push a streamed text/plain body, each piece as it arrives
 //
-// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
+// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1072,7 +1072,7 @@ func (c *Client) IngestStreamWithBody(ctx context.Context, id string, params *In
 
 // IngestStreamWithTextBody Push a streamed text/plain body, each piece as it arrives
 //
-// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
+// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 //
 // Takes a body of the `text/plain` content type.
 //
@@ -1773,7 +1773,7 @@ type ClientWithResponsesInterface interface {
 
 	// IngestStreamWithBodyWithResponse Push a streamed text/plain body, each piece as it arrives
 	//
-	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
+	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1782,7 +1782,7 @@ type ClientWithResponsesInterface interface {
 
 	// IngestStreamWithTextBodyWithResponse Push a streamed text/plain body, each piece as it arrives
 	//
-	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
+	// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 	//
 	// Takes a body of the `text/plain` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2840,7 +2840,7 @@ func (c *ClientWithResponses) FlushStreamWithResponse(ctx context.Context, id st
 
 // IngestStreamWithBodyWithResponse Push a streamed text/plain body, each piece as it arrives
 //
-// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
+// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2855,7 +2855,7 @@ func (c *ClientWithResponses) IngestStreamWithBodyWithResponse(ctx context.Conte
 
 // IngestStreamWithTextBodyWithResponse Push a streamed text/plain body, each piece as it arrives
 //
-// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 stops the ingest with 400; what came before it stays pushed. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
+// Every complete UTF-8 sequence read is pushed at once. Invalid UTF-8 or U+0000 (which PostgreSQL cannot store) stops the ingest with 400; what came before it stays pushed. A missing Content-Type is refused with 415. With `expectedSeq` the ingest is idempotent: a retry that resends the same body from the start absorbs what was already taken and pushes the rest. When a reader cancels the stream, the ingest stops reading and answers 200 with `cancelled`: close the stream.
 //
 // Takes a body of the `text/plain` content type, and returns a wrapper object for the known response body format(s).
 //
