@@ -1,12 +1,20 @@
 package httpapi_test
 
 import (
+	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/httpapi"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -73,4 +81,120 @@ func TestUnstorableTextAndNamesAreRefusedWith400(t *testing.T) {
 	text, status := w.db.DurableText(t, "m")
 	require.Equal(t, "ok", text)
 	require.Equal(t, "error", status)
+}
+
+// rawConn sends a request's head by hand over a fresh connection, so a test can stall its body.
+func rawConn(t *testing.T, base, head string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = io.WriteString(conn, head)
+	require.NoError(t, err)
+	return conn, bufio.NewReader(conn)
+}
+
+// answerAndClose reads one response from a stalled request and then waits for the server to
+// close the connection. The minute is a hang bound: before these limits, nothing ever came.
+func answerAndClose(t *testing.T, conn net.Conn, br *bufio.Reader) *http.Response {
+	t.Helper()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Minute)))
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err, "the server answers a stalled request")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_, err = br.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the server closes the connection")
+	return resp
+}
+
+// A client cannot hold a connection by trickling a body: the whole body must arrive within
+// BodyTimeout, an ingest may pause at most IngestIdleTimeout between reads, and a refusal
+// decided before the body was read closes the connection.
+func TestSlowBodiesAndEarlyRefusalsLetTheConnectionGo(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serve(t, w, func(cfg *httpapi.Config) {
+		cfg.BodyTimeout, cfg.IngestIdleTimeout = 300*time.Millisecond, 300*time.Millisecond
+		streams, err := checkpoint.NewProtocol(w.db.Pool)
+		require.NoError(t, err)
+		cfg.Streams = streams
+	})
+	prod := token(t, "svc", "producer")
+	openHTTP(t, c, w, "m")
+
+	// A JSON body that stops after one byte.
+	conn, br := rawConn(t, c.base, "POST /v1/streams/m/append HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+prod+
+		"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	resp := answerAndClose(t, conn, br)
+	require.GreaterOrEqual(t, resp.StatusCode, 400)
+	require.Less(t, resp.StatusCode, 500)
+
+	// An ingest that sends some text and then pauses: what came is pushed, then 408.
+	conn, br = rawConn(t, c.base, "POST /v1/streams/m/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+prod+
+		"\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+	resp = answerAndClose(t, conn, br)
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+	st, _ := w.plane.Stream("m")
+	require.Equal(t, producer.Seq(3), st.Seq())
+
+	// Anonymous, with a body it will never finish: 401, and the connection goes.
+	for _, path := range []string{"/v1/stream/anon", "/v1/streams/m/ingest"} {
+		conn, br = rawConn(t, c.base, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\nabc")
+		resp = answerAndClose(t, conn, br)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
+		require.True(t, resp.Close, "%s: the refusal says Connection: close", path)
+	}
+
+	// The stream is still whole and can be sealed.
+	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m/close", prod, nil).status)
+	text, status := w.db.DurableText(t, "m")
+	require.Equal(t, "abc", text)
+	require.Equal(t, "complete", status)
+}
+
+// One token subject cannot hold more waiting reads than its cap, nor the instance more than
+// its own: past either, 429 with Retry-After; a slot comes back when its reader leaves.
+func TestEventStreamsAreCappedPerSubjectAndInAll(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	streams, err := checkpoint.NewProtocol(w.db.Pool)
+	require.NoError(t, err)
+	c := serve(t, w, func(cfg *httpapi.Config) {
+		cfg.MaxEventStreams, cfg.MaxEventStreamsPerSubject = 3, 2
+		cfg.Streams = streams
+	})
+	prod := token(t, "svc", "producer")
+	openHTTP(t, c, w, "m")
+	open := func(tok, path string) (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(t.Context())
+		req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { cancel(); resp.Body.Close() })
+		return resp, cancel
+	}
+	alice, bob := token(t, "alice", ""), token(t, "svc2", "producer")
+	first, leave := open(alice, "/v1/streams/m/events")
+	require.Equal(t, http.StatusOK, first.StatusCode)
+	second, _ := open(alice, "/v1/streams/m/events")
+	require.Equal(t, http.StatusOK, second.StatusCode)
+	third, _ := open(alice, "/v1/streams/m/events")
+	require.Equal(t, http.StatusTooManyRequests, third.StatusCode, "alice's cap")
+	require.NotEmpty(t, third.Header.Get("Retry-After"))
+	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/s", prod, text("text/plain"), "x").status)
+	fourth, _ := open(bob, "/v1/stream/s?offset=-1&live=sse")
+	require.Equal(t, http.StatusOK, fourth.StatusCode, "another subject has room")
+	fifth, _ := open(bob, "/v1/stream/s?offset=-1&live=long-poll")
+	require.Equal(t, http.StatusTooManyRequests, fifth.StatusCode, "the instance's cap")
+	// alice's first reader leaves: its slot comes back (once the server sees it go).
+	leave()
+	first.Body.Close()
+	require.Eventually(t, func() bool {
+		resp, cancel := open(bob, "/v1/stream/s?offset=-1&live=sse")
+		defer cancel()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 20*time.Millisecond)
 }

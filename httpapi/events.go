@@ -94,6 +94,7 @@ func (s *Server) registerEvents() {
 			"400": s.problemResponse("Malformed offset, or an id PostgreSQL cannot store (U+0000, invalid UTF-8)"),
 			"401": s.problemResponse("No valid bearer token"),
 			"403": s.problemResponse("Denied, or no such stream"),
+			"429": s.problemResponse("Too many waiting reads on this instance, for this token's subject or in all (Retry-After says when to try again)"),
 			"503": s.problemResponse("The database or the view is unavailable"),
 		},
 	})
@@ -119,6 +120,12 @@ func (s *Server) registerEvents() {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
+		release, err := s.waiting.acquire(a.subject)
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		defer release()
 		if a.host != "" {
 			w.Header().Set(HostHeader, a.host)
 		}

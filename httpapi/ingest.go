@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -43,6 +44,7 @@ func (s *Server) registerIngest() {
 			"404": s.problemResponse("Not open on this instance"),
 			"409": s.problemResponse("Sealed, sealed by another writer, cancelled, or the body cannot start at expectedSeq (the problem's seq says where the stream is)"),
 			"413": s.problemResponse("Over MaxIngestBytes (what came before was pushed)"),
+			"408": s.problemResponse("The body paused for longer than the ingest idle timeout (what came before was pushed)"),
 			"415": s.problemResponse("Not text/plain"),
 			"503": s.problemResponse("This instance cannot confirm its lease: nothing more was taken; retry"),
 		},
@@ -81,16 +83,33 @@ func (s *Server) registerIngest() {
 }
 
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.LiveStream, at *producer.Seq) {
-	// A reader's cancel ends the request: the read in progress is cut short by a deadline.
+	// A reader's cancel ends the request: the read in progress is cut short by a deadline. Until
+	// then the deadline rolls: each read may wait IngestIdleTimeout for the client's next bytes,
+	// so a stream lasts as long as its producer keeps sending, and a stalled client lets go.
 	rc := http.NewResponseController(w)
+	var deadlineMu sync.Mutex
+	interrupted := false
+	interrupt := func() {
+		deadlineMu.Lock()
+		defer deadlineMu.Unlock()
+		interrupted = true
+		_ = rc.SetReadDeadline(time.Now())
+	}
+	roll := func() {
+		deadlineMu.Lock()
+		defer deadlineMu.Unlock()
+		if !interrupted {
+			_ = rc.SetReadDeadline(time.Now().Add(s.cfg.IngestIdleTimeout))
+		}
+	}
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		select {
 		case <-st.CancelRequested():
-			_ = rc.SetReadDeadline(time.Now())
+			interrupt()
 		case <-st.Done():
-			_ = rc.SetReadDeadline(time.Now())
+			interrupt()
 		case <-stop:
 		}
 	}()
@@ -103,6 +122,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 	buf := make([]byte, 32<<10)
 	var carry []byte // an incomplete UTF-8 sequence split across reads
 	for {
+		roll()
 		n, rerr := body.Read(buf)
 		if st.Cancelled() {
 			answer(AppendResult{StreamState: stateOf(st), Applied: applied})
@@ -157,6 +177,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 			return
 		case errors.Is(rerr, io.EOF):
 			answer(AppendResult{StreamState: stateOf(st), Applied: applied})
+			return
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			writeProblem(w, huma.NewError(http.StatusRequestTimeout, fmt.Sprintf("the body paused for more than %s; what came before was pushed", s.cfg.IngestIdleTimeout)))
 			return
 		case rerr != nil:
 			writeProblem(w, huma.Error400BadRequest("reading the body: "+rerr.Error()))

@@ -42,7 +42,8 @@ func loadServer(b *testing.B, queue int) (*world, *producer.LiveStream, string, 
 		require.NoError(b, err)
 		b.Cleanup(w.plane.Close)
 	}
-	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(b), Secret: secret})
+	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(b), Secret: secret,
+		MaxEventStreams: 1 << 20, MaxEventStreamsPerSubject: 1 << 20}) // one subject reads thousands of streams here
 	require.NoError(b, err)
 	hs := httptest.NewServer(srv.Handler())
 	b.Cleanup(hs.Close)

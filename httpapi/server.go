@@ -70,6 +70,20 @@ type Config struct {
 	// nothing woke it: another instance's appends arrive through the view, and this bounds
 	// how late they can be if the view lags. Defaults to DefaultStreamsPollInterval.
 	StreamsPollInterval time.Duration
+	// BodyTimeout bounds reading a whole request body, on every route but ingest: a body that
+	// has not arrived by then fails the request. Defaults to DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// IngestIdleTimeout bounds the pause between two reads of a streaming ingest body (a
+	// rolling deadline: a model may stream for as long as it keeps sending). Defaults to
+	// DefaultIngestIdleTimeout.
+	IngestIdleTimeout time.Duration
+	// MaxEventStreams bounds the waiting reads (event streams, protocol SSE reads and
+	// long-polls) this instance holds at once; past it a new one gets 429 with Retry-After.
+	// Defaults to DefaultMaxEventStreams.
+	MaxEventStreams int
+	// MaxEventStreamsPerSubject bounds the waiting reads one token subject holds on this
+	// instance. Defaults to DefaultMaxEventStreamsPerSubject.
+	MaxEventStreamsPerSubject int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -94,6 +108,7 @@ type Server struct {
 	now           func() time.Time // token validity's clock (tests set it)
 	tokens        *lru.Cache[string, *Claims]
 	streamChanges changes
+	waiting       *waiters
 	api           huma.API
 	mux           *http.ServeMux
 	handler       http.Handler
@@ -144,6 +159,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, &ConfigError{Field: "MaxIngestBytes", Reason: "must not be negative"}
 	case cfg.MaxWait < 0:
 		return nil, &ConfigError{Field: "MaxWait", Reason: "must not be negative"}
+	case cfg.BodyTimeout < 0:
+		return nil, &ConfigError{Field: "BodyTimeout", Reason: "must not be negative"}
+	case cfg.IngestIdleTimeout < 0:
+		return nil, &ConfigError{Field: "IngestIdleTimeout", Reason: "must not be negative"}
+	case cfg.MaxEventStreams < 0:
+		return nil, &ConfigError{Field: "MaxEventStreams", Reason: "must not be negative"}
+	case cfg.MaxEventStreamsPerSubject < 0:
+		return nil, &ConfigError{Field: "MaxEventStreamsPerSubject", Reason: "must not be negative"}
 	}
 	for _, o := range cfg.AllowedOrigins {
 		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
@@ -158,6 +181,18 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = DefaultMaxWait
+	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.IngestIdleTimeout == 0 {
+		cfg.IngestIdleTimeout = DefaultIngestIdleTimeout
+	}
+	if cfg.MaxEventStreams == 0 {
+		cfg.MaxEventStreams = DefaultMaxEventStreams
+	}
+	if cfg.MaxEventStreamsPerSubject == 0 {
+		cfg.MaxEventStreamsPerSubject = DefaultMaxEventStreamsPerSubject
 	}
 	if cfg.SSE.Retry == 0 {
 		cfg.SSE.Retry = DefaultSSERetry
@@ -177,7 +212,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), now: time.Now, tokens: tokens}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), now: time.Now, tokens: tokens,
+		waiting: &waiters{perSubject: map[string]int{}, max: cfg.MaxEventStreams, each: cfg.MaxEventStreamsPerSubject}}
 	hc := huma.DefaultConfig("Rindle streams", "1.0.0")
 	hc.Info.Description = "Durable, resumable language-model answers: every delta fanned out live, checkpointed into Postgres, one offset (`seq`, in UTF-16 code units) across both."
 	hc.Servers = []*huma.Server{{URL: "/", Description: "This server (the document is served by the API it describes)."}}
@@ -228,6 +264,7 @@ func (s *Server) API() huma.API { return s.api }
 
 // serve answers unknown routes and methods with problem details, like every other error.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	w, r = s.guard(w, r)
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r)
 		return
@@ -330,7 +367,8 @@ const HostHeader = "Rindle-Host"
 
 // access is an authorized read: where the stream is live, if it is.
 type access struct {
-	host string // set while the message is streaming on a known host
+	subject string // the token's subject
+	host    string // set while the message is streaming on a known host
 }
 
 // streamMeta is what the open route keeps with a live stream: its owner, so reads of a stream
@@ -352,7 +390,7 @@ func (s *Server) reader(ctx context.Context, header, id string) (*access, error)
 			if !c.has(ProducerScope) && (m.owner == nil || *m.owner != c.Subject) {
 				return nil, errNoAccess()
 			}
-			a := &access{}
+			a := &access{subject: c.Subject}
 			if !st.Ended() {
 				a.host = s.cfg.HostID
 			}
@@ -366,7 +404,7 @@ func (s *Server) reader(ctx context.Context, header, id string) (*access, error)
 	case err != nil:
 		return nil, s.unavailable("authorize read", err)
 	case c.has(ProducerScope) || (m.Owner != nil && *m.Owner == c.Subject):
-		a := &access{}
+		a := &access{subject: c.Subject}
 		if m.Host != nil && m.Status == string(producer.StatusStreaming) {
 			a.host = *m.Host
 		}

@@ -591,6 +591,14 @@ func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string,
 		streamProblem(w, http.StatusBadRequest, "the offset is past the stream's end")
 		return
 	}
+	if live != "" {
+		release, err := s.waiting.acquire(c.Subject)
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		defer release()
+	}
 	switch live {
 	case "sse":
 		s.streamSSE(w, r, path, from, m)

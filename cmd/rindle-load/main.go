@@ -192,7 +192,10 @@ func start(ctx context.Context, bin, work string, extra []string) (*server, func
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-data", data, "-demo", "false"}, extra...)...)
+	// Its readers share one token subject, thousands at a time: lift the per-subject and total
+	// caps on waiting reads past what any scenario opens.
+	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-data", data, "-demo", "false",
+		"-max-event-streams", "1000000", "-max-event-streams-per-subject", "1000000"}, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, nil, err

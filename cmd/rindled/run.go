@@ -34,7 +34,8 @@ type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
 	corsOrigins, debugAddr, secretFile, logFormat                           string
 	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
-	dbMaxConns, checkpointChars                                             int
+	idleTimeout, bodyTimeout, ingestIdleTimeout                             time.Duration
+	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject int
 }
 
 // DefaultCheckpointChars is rindled's checkpoint size: twice the seed's (producer's) 512. The
@@ -43,6 +44,10 @@ type settings struct {
 // which is most of the WAL beyond the text itself (BenchmarkWALPerByte: Chars1024 against
 // Default).
 const DefaultCheckpointChars = 1024
+
+// DefaultIdleTimeout is how long an idle keep-alive connection stays open (nginx's
+// keepalive_timeout is 75 s; a browser reconnects at once when it is cut).
+const DefaultIdleTimeout = 75 * time.Second
 
 const usage = `rindled: durable, resumable language-model answers.
 
@@ -97,10 +102,17 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.IntVar(&s.checkpointChars, "checkpoint-chars", DefaultCheckpointChars, "pending UTF-16 units that force a checkpoint; the 750ms interval forces one anyway [RINDLE_CHECKPOINT_CHARS]")
 	fs.DurationVar(&s.streamsLongPoll, "streams-long-poll", httpapi.DefaultStreamsLongPoll, "how long a Durable Streams long-poll waits for data before 204 [RINDLE_STREAMS_LONG_POLL]")
 	fs.DurationVar(&s.connectTimeout, "connect-timeout", cdc.DefaultConnectTimeout, "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
+	fs.DurationVar(&s.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection stays open [RINDLE_IDLE_TIMEOUT]")
+	fs.DurationVar(&s.bodyTimeout, "body-timeout", httpapi.DefaultBodyTimeout, "bound on reading a whole request body (every route but ingest) [RINDLE_BODY_TIMEOUT]")
+	fs.DurationVar(&s.ingestIdleTimeout, "ingest-idle-timeout", httpapi.DefaultIngestIdleTimeout, "the longest pause between two reads of a streaming ingest body [RINDLE_INGEST_IDLE_TIMEOUT]")
+	fs.IntVar(&s.maxEventStreams, "max-event-streams", httpapi.DefaultMaxEventStreams, "waiting reads (event streams, protocol SSE and long-polls) this instance holds at once; past it 429 [RINDLE_MAX_EVENT_STREAMS]")
+	fs.IntVar(&s.maxEventStreamsPerSubject, "max-event-streams-per-subject", httpapi.DefaultMaxEventStreamsPerSubject, "waiting reads one token subject holds on this instance; past it 429 [RINDLE_MAX_EVENT_STREAMS_PER_SUBJECT]")
 	// Typed settings take their environment value through the flag's own parser, so a
 	// malformed one is an error naming the variable, never a silent default; flags still win.
 	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT",
-		"streams-long-poll": "RINDLE_STREAMS_LONG_POLL", "checkpoint-chars": "RINDLE_CHECKPOINT_CHARS"} {
+		"streams-long-poll": "RINDLE_STREAMS_LONG_POLL", "checkpoint-chars": "RINDLE_CHECKPOINT_CHARS",
+		"idle-timeout": "RINDLE_IDLE_TIMEOUT", "body-timeout": "RINDLE_BODY_TIMEOUT", "ingest-idle-timeout": "RINDLE_INGEST_IDLE_TIMEOUT",
+		"max-event-streams": "RINDLE_MAX_EVENT_STREAMS", "max-event-streams-per-subject": "RINDLE_MAX_EVENT_STREAMS_PER_SUBJECT"} {
 		if v := getenv(k); v != "" {
 			if err := fs.Set(flagName, v); err != nil {
 				return nil, fmt.Errorf("%s=%q: %w", k, v, err)
@@ -145,6 +157,16 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	}
 	if s.dbMaxConns < 1 {
 		return nil, fmt.Errorf("-db-max-conns %d: want at least 1", s.dbMaxConns)
+	}
+	for name, v := range map[string]int{"max-event-streams": s.maxEventStreams, "max-event-streams-per-subject": s.maxEventStreamsPerSubject} {
+		if v < 1 {
+			return nil, fmt.Errorf("-%s %d: want at least 1", name, v)
+		}
+	}
+	for name, v := range map[string]time.Duration{"idle-timeout": s.idleTimeout, "body-timeout": s.bodyTimeout, "ingest-idle-timeout": s.ingestIdleTimeout} {
+		if v <= 0 {
+			return nil, fmt.Errorf("-%s %s: want a positive duration", name, v)
+		}
 	}
 	switch s.demo {
 	case "auto", "true", "false":

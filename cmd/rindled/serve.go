@@ -242,6 +242,8 @@ func (in *server) httpHandler() (http.Handler, error) {
 		Plane: in.plane, View: in.view, Messages: in.catalog, Secret: in.secret, Logger: in.logger,
 		Metrics: in.tel.MetricsHandler, HostID: in.hostID, AllowedOrigins: in.s.origins(), Ready: in.ready,
 		Streams: streams, StreamsLongPoll: in.s.streamsLongPoll,
+		BodyTimeout: in.s.bodyTimeout, IngestIdleTimeout: in.s.ingestIdleTimeout,
+		MaxEventStreams: in.s.maxEventStreams, MaxEventStreamsPerSubject: in.s.maxEventStreamsPerSubject,
 	})
 	if err != nil {
 		return nil, err
@@ -307,7 +309,7 @@ func (in *server) listen(ctx context.Context, handler http.Handler) error {
 	// Shutdown does not cancel request contexts, so requests get one that the drain cancels.
 	base, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: in.s.idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
