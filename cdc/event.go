@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -80,10 +81,91 @@ const (
 	MetaXid        = "rindle_xid"
 	// MetaTraceparent is the W3C trace context of the checkpoint, when the row carried one.
 	MetaTraceparent = "traceparent"
+	// MetaPart is "i/n" on each piece of a transaction published in parts (Config.MaxEventBytes).
+	MetaPart = "rindle_part"
 )
 
-// Encode is the wire form of a Tx in a watermill payload.
-func (t *Tx) Encode() ([]byte, error) { return json.Marshal(t) }
+// Encode is the wire form of a Tx in a watermill payload: JSON without HTML escaping, which
+// would spell each of <, > and & in the text as six bytes (a model's answer full of markup would
+// triple in size on the wire).
+func (t *Tx) Encode() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(t); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// Parts splits a transaction's payload into pieces of at most max bytes, for a broker whose
+// messages are bounded (NATS takes 1 MB by default): a consumer joins them back in order
+// (Assembler). A payload that fits is one piece.
+func Parts(payload []byte, max int) [][]byte {
+	if max <= 0 || len(payload) <= max {
+		return [][]byte{payload}
+	}
+	parts := make([][]byte, 0, (len(payload)+max-1)/max)
+	for len(payload) > 0 {
+		n := min(max, len(payload))
+		parts = append(parts, payload[:n])
+		payload = payload[n:]
+	}
+	return parts
+}
+
+// Assembler joins the parts of a transaction published in pieces (MetaPart "i/n" on each, the
+// same MetaLSN on all). Parts of one transaction arrive in order on an ordered consumer; a
+// republish after a failed publish starts again at part 1, which starts the transaction anew;
+// a part delivered twice in a row (a redelivery) is taken once, and the last part delivered
+// again (its handler failed and nacked it) yields the whole payload again. A part that does not
+// follow the one before (a consumer that started mid-transaction) drops what was gathered: that
+// transaction committed before the consumer began, so the consumer's snapshot holds it. Not
+// safe for concurrent use: one per ordered consumer.
+type Assembler struct {
+	lsn  string
+	next int // the part expected next; 0 when none is being gathered
+	buf  []byte
+
+	doneLSN string // the transaction last completed, kept for a redelivery of its last part
+	doneN   int
+	done    []byte
+}
+
+// Add takes one message's payload and metadata. It returns the whole payload once the last
+// part arrived (or at once for a message that is not in parts), and nil otherwise.
+func (a *Assembler) Add(payload []byte, meta map[string]string) ([]byte, error) {
+	part := meta[MetaPart]
+	if part == "" {
+		return payload, nil
+	}
+	var i, n int
+	if _, err := fmt.Sscanf(part, "%d/%d", &i, &n); err != nil || i < 1 || n < 1 || i > n {
+		return nil, fmt.Errorf("cdc: malformed %s %q", MetaPart, part)
+	}
+	lsn := meta[MetaLSN]
+	switch {
+	case i == n && lsn == a.doneLSN && n == a.doneN:
+		return a.done, nil // the last part again: its transaction is applied again (idempotent)
+	case i == 1:
+		a.lsn, a.next, a.buf = lsn, 1, nil
+		a.doneLSN, a.doneN, a.done = "", 0, nil
+	case lsn == a.lsn && i == a.next-1:
+		return nil, nil // delivered twice in a row: taken once
+	}
+	if lsn != a.lsn || i != a.next {
+		a.lsn, a.next, a.buf = "", 0, nil // joined mid-transaction: the snapshot holds it
+		return nil, nil
+	}
+	a.buf = append(a.buf, payload...)
+	a.next++
+	if i < n {
+		return nil, nil
+	}
+	a.doneLSN, a.doneN, a.done = lsn, n, a.buf
+	a.lsn, a.next, a.buf = "", 0, nil
+	return a.done, nil
+}
 
 // DecodeTx parses a watermill payload into a Tx.
 func DecodeTx(payload []byte) (*Tx, error) {

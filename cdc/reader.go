@@ -33,6 +33,7 @@ const (
 	MaxReconnectDelay      = 30 * time.Second
 	DefaultPublishBackoff  = 100 * time.Millisecond
 	MaxPublishBackoff      = 5 * time.Second
+	DefaultMaxEventBytes   = 512 << 10
 )
 
 // Errors a caller can act on.
@@ -86,6 +87,11 @@ type Config struct {
 	// over: with the leader gone, failover takes at most this long. Defaults to
 	// DefaultStandbyInterval.
 	StandbyInterval time.Duration
+	// MaxEventBytes bounds one published message: a transaction whose payload is larger (a
+	// seal of a long answer) is published in ordered parts of at most this size, which every
+	// consumer joins back (Assembler), so no broker's message limit can stall the slot.
+	// Defaults to DefaultMaxEventBytes (NATS's default max_payload is 1 MB).
+	MaxEventBytes int
 	// OnPublishErrorFunc, if set, hears every failed publish while the reader stalls on it.
 	OnPublishErrorFunc func(err error, tx *Tx, attempt int)
 	// Logger hears reconnects and stalls. Defaults to slog.Default().
@@ -156,6 +162,12 @@ func New(cfg Config) (*Reader, error) {
 	}
 	if cfg.StandbyInterval <= 0 {
 		cfg.StandbyInterval = DefaultStandbyInterval
+	}
+	if cfg.MaxEventBytes < 0 {
+		return nil, &ConfigError{Field: "MaxEventBytes", Reason: "must not be negative"}
+	}
+	if cfg.MaxEventBytes == 0 {
+		cfg.MaxEventBytes = DefaultMaxEventBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -463,16 +475,26 @@ func (r *Reader) publish(ctx context.Context, tx *Tx, status func(context.Contex
 	if err != nil {
 		return err
 	}
+	parts := Parts(payload, r.cfg.MaxEventBytes)
 	backoff := DefaultPublishBackoff
 	for attempt := 1; ; attempt++ {
-		msg := message.NewMessage(watermill.NewUUID(), payload)
-		msg.Metadata.Set(MetaLSN, tx.EndLSN.String())
-		msg.Metadata.Set(MetaCommitTime, tx.CommitTime.UTC().Format(time.RFC3339Nano))
-		msg.Metadata.Set(MetaXid, strconv.FormatUint(uint64(tx.Xid), 10))
-		if tp := tx.Traceparent(); tp != "" {
-			msg.Metadata.Set(MetaTraceparent, tp)
+		msgs := make([]*message.Message, len(parts))
+		for i, part := range parts {
+			msg := message.NewMessage(watermill.NewUUID(), part)
+			msg.Metadata.Set(MetaLSN, tx.EndLSN.String())
+			msg.Metadata.Set(MetaCommitTime, tx.CommitTime.UTC().Format(time.RFC3339Nano))
+			msg.Metadata.Set(MetaXid, strconv.FormatUint(uint64(tx.Xid), 10))
+			if tp := tx.Traceparent(); tp != "" {
+				msg.Metadata.Set(MetaTraceparent, tp)
+			}
+			if len(parts) > 1 {
+				msg.Metadata.Set(MetaPart, fmt.Sprintf("%d/%d", i+1, len(parts)))
+			}
+			msgs[i] = msg
 		}
-		err := r.cfg.Publisher.Publish(r.cfg.Topic, msg)
+		// One call publishes the parts in order; a failure publishes them all again, from the
+		// first, which the Assembler takes as the transaction starting anew.
+		err := r.cfg.Publisher.Publish(r.cfg.Topic, msgs...)
 		if err == nil {
 			r.stalled.Store(false)
 			r.published.Add(1)

@@ -94,18 +94,25 @@ func rawConn(t *testing.T, base, head string) (net.Conn, *bufio.Reader) {
 	return conn, bufio.NewReader(conn)
 }
 
+// stalledAnswer is the answer to a stalled request: its status, and whether it said
+// Connection: close.
+type stalledAnswer struct {
+	status int
+	close  bool
+}
+
 // answerAndClose reads one response from a stalled request and then waits for the server to
 // close the connection. The minute is a hang bound: before these limits, nothing ever came.
-func answerAndClose(t *testing.T, conn net.Conn, br *bufio.Reader) *http.Response {
+func answerAndClose(t *testing.T, conn net.Conn, br *bufio.Reader) stalledAnswer {
 	t.Helper()
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Minute)))
 	resp, err := http.ReadResponse(br, nil)
 	require.NoError(t, err, "the server answers a stalled request")
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	require.NoError(t, resp.Body.Close())
 	_, err = br.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the server closes the connection")
-	return resp
+	return stalledAnswer{resp.StatusCode, resp.Close}
 }
 
 // A client cannot hold a connection by trickling a body: the whole body must arrive within
@@ -126,24 +133,24 @@ func TestSlowBodiesAndEarlyRefusalsLetTheConnectionGo(t *testing.T) {
 	// A JSON body that stops after one byte.
 	conn, br := rawConn(t, c.base, "POST /v1/streams/m/append HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+prod+
 		"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
-	resp := answerAndClose(t, conn, br)
-	require.GreaterOrEqual(t, resp.StatusCode, 400)
-	require.Less(t, resp.StatusCode, 500)
+	ans := answerAndClose(t, conn, br)
+	require.GreaterOrEqual(t, ans.status, 400)
+	require.Less(t, ans.status, 500)
 
 	// An ingest that sends some text and then pauses: what came is pushed, then 408.
 	conn, br = rawConn(t, c.base, "POST /v1/streams/m/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+prod+
 		"\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
-	resp = answerAndClose(t, conn, br)
-	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+	ans = answerAndClose(t, conn, br)
+	require.Equal(t, http.StatusRequestTimeout, ans.status)
 	st, _ := w.plane.Stream("m")
 	require.Equal(t, producer.Seq(3), st.Seq())
 
 	// Anonymous, with a body it will never finish: 401, and the connection goes.
 	for _, path := range []string{"/v1/stream/anon", "/v1/streams/m/ingest"} {
 		conn, br = rawConn(t, c.base, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\nabc")
-		resp = answerAndClose(t, conn, br)
-		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
-		require.True(t, resp.Close, "%s: the refusal says Connection: close", path)
+		ans = answerAndClose(t, conn, br)
+		require.Equal(t, http.StatusUnauthorized, ans.status, path)
+		require.True(t, ans.close, "%s: the refusal says Connection: close", path)
 	}
 
 	// The stream is still whole and can be sealed.
@@ -166,35 +173,36 @@ func TestEventStreamsAreCappedPerSubjectAndInAll(t *testing.T) {
 	})
 	prod := token(t, "svc", "producer")
 	openHTTP(t, c, w, "m")
-	open := func(tok, path string) (*http.Response, context.CancelFunc) {
+	// open starts a waiting read and answers its status and Retry-After; leave ends it.
+	open := func(tok, path string) (status int, retryAfter string, leave func()) {
 		ctx, cancel := context.WithCancel(t.Context())
 		req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		t.Cleanup(func() { cancel(); resp.Body.Close() })
-		return resp, cancel
+		leave = func() { cancel(); _ = resp.Body.Close() }
+		t.Cleanup(leave)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), leave
 	}
 	alice, bob := token(t, "alice", ""), token(t, "svc2", "producer")
-	first, leave := open(alice, "/v1/streams/m/events")
-	require.Equal(t, http.StatusOK, first.StatusCode)
-	second, _ := open(alice, "/v1/streams/m/events")
-	require.Equal(t, http.StatusOK, second.StatusCode)
-	third, _ := open(alice, "/v1/streams/m/events")
-	require.Equal(t, http.StatusTooManyRequests, third.StatusCode, "alice's cap")
-	require.NotEmpty(t, third.Header.Get("Retry-After"))
+	first, _, leave := open(alice, "/v1/streams/m/events")
+	require.Equal(t, http.StatusOK, first)
+	second, _, _ := open(alice, "/v1/streams/m/events")
+	require.Equal(t, http.StatusOK, second)
+	third, retry, _ := open(alice, "/v1/streams/m/events")
+	require.Equal(t, http.StatusTooManyRequests, third, "alice's cap")
+	require.NotEmpty(t, retry)
 	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/s", prod, text("text/plain"), "x").status)
-	fourth, _ := open(bob, "/v1/stream/s?offset=-1&live=sse")
-	require.Equal(t, http.StatusOK, fourth.StatusCode, "another subject has room")
-	fifth, _ := open(bob, "/v1/stream/s?offset=-1&live=long-poll")
-	require.Equal(t, http.StatusTooManyRequests, fifth.StatusCode, "the instance's cap")
+	fourth, _, _ := open(bob, "/v1/stream/s?offset=-1&live=sse")
+	require.Equal(t, http.StatusOK, fourth, "another subject has room")
+	fifth, _, _ := open(bob, "/v1/stream/s?offset=-1&live=long-poll")
+	require.Equal(t, http.StatusTooManyRequests, fifth, "the instance's cap")
 	// alice's first reader leaves: its slot comes back (once the server sees it go).
 	leave()
-	first.Body.Close()
 	require.Eventually(t, func() bool {
-		resp, cancel := open(bob, "/v1/stream/s?offset=-1&live=sse")
-		defer cancel()
-		return resp.StatusCode == http.StatusOK
+		status, _, leave := open(bob, "/v1/stream/s?offset=-1&live=sse")
+		defer leave()
+		return status == http.StatusOK
 	}, time.Minute, 20*time.Millisecond)
 }

@@ -102,6 +102,7 @@ type View struct {
 
 	router  *message.Router
 	runDone chan error
+	parts   cdc.Assembler // the handler's alone: messages are handled one at a time, in order
 }
 
 type chunk struct {
@@ -305,7 +306,14 @@ func (p *permanentError) Error() string { return p.err.Error() }
 func (p *permanentError) Unwrap() error { return p.err }
 
 func (v *View) handle(msg *message.Message) error {
-	tx, err := cdc.DecodeTx(msg.Payload)
+	payload, err := v.parts.Add(msg.Payload, msg.Metadata)
+	if err == nil && payload == nil {
+		return nil // a part of a transaction still being gathered
+	}
+	var tx *cdc.Tx
+	if err == nil {
+		tx, err = cdc.DecodeTx(payload)
+	}
 	if err != nil {
 		if v.cfg.PoisonPublisher == nil {
 			v.cfg.Logger.Error("ivm: dropping an undecodable transaction", "uuid", msg.UUID, "err", err)

@@ -338,6 +338,26 @@ func (i *Instruments) ObserveSlotLag(f func(context.Context) (int64, error)) err
 	return err
 }
 
+// ObservePublishStall registers a gauge that is 1 while the CDC reader's publish is failing (its
+// slot position stalls on one transaction and holds WAL; cdc.Reader.Stats().Stalled) and 0
+// otherwise, so a stall is an alert, not a silence.
+func (i *Instruments) ObservePublishStall(f func() bool) error {
+	g, err := i.meter.Int64ObservableGauge("rindle.cdc.publish_stalled", metric.WithUnit("1"),
+		metric.WithDescription("1 while the CDC reader cannot publish the transaction at its position (the slot holds WAL meanwhile), else 0."))
+	if err != nil {
+		return err
+	}
+	_, err = i.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var v int64
+		if f() {
+			v = 1
+		}
+		o.ObserveInt64(g, v)
+		return nil
+	}, g)
+	return err
+}
+
 // ObserveDurability registers the gauges of what this instance holds that the store has not
 // confirmed (producer.Plane.Durability): characters, streams, and the age of the oldest
 // character. They rise during a durability stall, before any checkpoint gives up.

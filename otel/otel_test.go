@@ -307,3 +307,16 @@ func TestHTTPMetricsHaveNoLabelFromTheRequest(t *testing.T) {
 		}
 	}
 }
+
+func TestPublishStallIsAGauge(t *testing.T) {
+	tel, _, reader := setup(t, rotel.Config{})
+	var stalled atomic.Bool
+	require.NoError(t, tel.Instruments.ObservePublishStall(stalled.Load))
+	value := func() int64 {
+		g := metricsByName(t, reader)["rindle.cdc.publish_stalled"].Data.(metricdata.Gauge[int64])
+		return g.DataPoints[0].Value
+	}
+	require.Zero(t, value())
+	stalled.Store(true)
+	require.EqualValues(t, 1, value())
+}

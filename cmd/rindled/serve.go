@@ -153,6 +153,9 @@ func (in *server) startDurable(ctx context.Context) error {
 		return err
 	}
 	in.onStop(in.reader.Stop)
+	if err := tel.Instruments.ObservePublishStall(func() bool { return in.reader.Stats().Stalled }); err != nil {
+		return err
+	}
 	return tel.Instruments.ObserveSlotLag(in.reader.SlotLag)
 }
 
