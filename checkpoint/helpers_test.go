@@ -192,6 +192,7 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *bundle {
 		Authorize:             func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil },
 		CheckpointChars:       16,
 		RetryBackoff:          time.Millisecond,
+		IdleTimeout:           producer.NoIdleTimeout, // the clock's pending timers are the checkpoints'
 		Clock:                 b.clock,
 		OnCheckpointFunc:      func(info producer.CheckpointInfo) { b.checkpoints <- info },
 		OnCheckpointErrorFunc: func(err error, _ producer.CheckpointInfo) { b.failures <- err },

@@ -18,7 +18,13 @@ const (
 	DefaultMaxQueuedFrames    = 1024
 	DefaultRelayAttachTimeout = 2 * time.Second
 	DefaultRelayQueue         = 8192
+	// DefaultIdleTimeout is beyond the seed: a stream with no push for this long is sealed
+	// interrupted (Config.IdleTimeout).
+	DefaultIdleTimeout = 10 * time.Minute
 )
+
+// NoIdleTimeout is the IdleTimeout value that turns the idle seal off (zero means the default).
+const NoIdleTimeout time.Duration = -1
 
 // NoRetries is the CheckpointRetries value that turns retries off (zero means the default).
 const NoRetries = -1
@@ -122,6 +128,13 @@ type Config struct {
 	// Linger is how long a sealed stream stays joinable, so a subscribe that races the last token
 	// still gets the tail and end rather than absent. Defaults to DefaultLinger.
 	Linger time.Duration
+
+	// IdleTimeout seals a stream interrupted, with everything it took, once nothing was pushed
+	// to it for this long: a producer that went away without closing (a crashed app, an HTTP
+	// producer that stopped calling) does not leave a stream streaming, holding memory and its
+	// readers, for the life of the host. Measured on Clock. Defaults to DefaultIdleTimeout;
+	// NoIdleTimeout turns it off.
+	IdleTimeout time.Duration
 
 	// MaxQueuedFrames caps each reader's queue; overflow drops that reader with stale. Relayed
 	// readers share the bound. Defaults to DefaultMaxQueuedFrames.
@@ -228,6 +241,14 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, err
 	}
 	out.Linger = time.Duration(v)
+	switch {
+	case out.IdleTimeout == NoIdleTimeout:
+		out.IdleTimeout = 0
+	case out.IdleTimeout == 0:
+		out.IdleTimeout = DefaultIdleTimeout
+	case out.IdleTimeout < 0:
+		return out, &ConfigError{"IdleTimeout", "must be positive, zero for the default, or NoIdleTimeout"}
+	}
 	if v, err = positive("MaxQueuedFrames", int64(out.MaxQueuedFrames), DefaultMaxQueuedFrames); err != nil {
 		return out, err
 	}

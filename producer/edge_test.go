@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -111,3 +112,35 @@ func TestAPermanentCheckpointErrorSealsWithWhatIsDurable(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "") == s }
+
+// A stream nobody pushes to for IdleTimeout is sealed interrupted with everything it took: a
+// producer that went away without closing does not leave it streaming for the host's life.
+// Each push moves the deadline; the clock is the plane's, so the test advances it.
+func TestAnIdleStreamIsSealedInterrupted(t *testing.T) {
+	t.Parallel()
+	const idle = 10 * time.Minute
+	w := newWorld(t, func(c *producer.Config) { c.IdleTimeout = idle; c.CheckpointChars = 1 << 20 })
+	s := w.open(t, "m")
+	sub := w.subscribe(t, "m", 0)
+	require.NoError(t, s.Push("still "))
+	w.clock.Advance(idle - time.Minute)
+	require.NoError(t, s.Push("here"))
+	w.clock.Advance(idle - time.Minute) // past the open's deadline, not the last push's
+	require.False(t, s.Ended(), "a push moves the deadline")
+	w.clock.Advance(2 * time.Minute)
+	<-s.Done()
+	text, status := w.store.get("m")
+	require.Equal(t, "still here", text, "sealed with everything it took")
+	require.Equal(t, producer.StatusInterrupted, status)
+	frames := streamtest.Collect(t, sub)
+	end := frames[len(frames)-1]
+	require.Equal(t, producer.FrameEnd, end.Type)
+	require.Equal(t, producer.StatusInterrupted, end.Status)
+	require.Equal(t, producer.Seq(10), end.Seq)
+
+	// NoIdleTimeout keeps a quiet stream open.
+	w2 := newWorld(t, func(c *producer.Config) { c.IdleTimeout = producer.NoIdleTimeout })
+	s2 := w2.open(t, "m")
+	w2.clock.Advance(24 * time.Hour)
+	require.False(t, s2.Ended())
+}

@@ -61,6 +61,10 @@ type LiveStream struct {
 	tickGen  uint64
 	linger   Timer
 
+	// The idle seal (Config.IdleTimeout): the last push's time, and the timer that checks it.
+	lastPush time.Time
+	idle     Timer
+
 	// Durability lag bookkeeping: the push time of the oldest character not yet in a commit,
 	// and of the oldest one not yet durable (in a commit in flight, or not yet in one).
 	pendingAt   time.Time
@@ -285,8 +289,10 @@ func (s *LiveStream) pushLocked(text string) {
 	}
 	from := s.seq
 	s.seq += s.buf.append(text)
+	now := s.p.cfg.Clock.Now()
+	s.lastPush = now
 	if s.pendingAt.IsZero() {
-		s.pendingAt = s.p.cfg.Clock.Now()
+		s.pendingAt = now
 	}
 	if s.undurableAt.IsZero() {
 		s.undurableAt = s.pendingAt
@@ -775,6 +781,32 @@ func (s *LiveStream) uncount() {
 	}
 }
 
+// armIdleLocked starts the idle seal's timer from now (the open).
+func (s *LiveStream) armIdleLocked() {
+	if s.p.cfg.IdleTimeout <= 0 || s.ended || s.detached {
+		return
+	}
+	s.lastPush = s.p.cfg.Clock.Now()
+	s.idle = s.p.cfg.Clock.AfterFunc(s.p.cfg.IdleTimeout, s.idleCheck)
+}
+
+// idleCheck seals the stream interrupted when nothing was pushed for IdleTimeout, and otherwise
+// waits out the rest: one timer per stream, moved only when it fires, not on every push.
+func (s *LiveStream) idleCheck() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idle = nil
+	if s.ended || s.detached || s.sealing != nil {
+		return
+	}
+	if since := s.p.cfg.Clock.Now().Sub(s.lastPush); since < s.p.cfg.IdleTimeout {
+		s.idle = s.p.cfg.Clock.AfterFunc(s.p.cfg.IdleTimeout-since, s.idleCheck)
+		return
+	}
+	s.p.cfg.Logger.Warn("stream idle: sealing it interrupted with what it took", "stream", s.id, "idle", s.p.cfg.IdleTimeout, "seq", s.seq)
+	s.startSealLocked(StatusInterrupted, fmt.Sprintf("no text for %s: the producer went away", s.p.cfg.IdleTimeout))
+}
+
 // endLocked is the one place a stream ends: the terminal frame to every reader (and the relay),
 // the outcome to every Close and Flush, and the linger before eviction.
 func (s *LiveStream) endLocked(end Frame, err error) {
@@ -788,6 +820,10 @@ func (s *LiveStream) endLocked(end Frame, err error) {
 	if s.sealRetry != nil {
 		s.sealRetry.Stop()
 		s.sealRetry = nil
+	}
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
 	}
 	if err != nil {
 		s.rejectWaitersLocked(math.MaxInt64, &NotDurableError{StreamID: s.id, DurableSeq: s.durableSeq, Seq: s.seq, Err: err})
@@ -969,6 +1005,10 @@ func (s *LiveStream) detach() {
 	s.disarmLocked()
 	if s.linger != nil {
 		s.linger.Stop()
+	}
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
 	}
 	subs := s.subs
 	s.subs = nil

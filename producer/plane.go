@@ -110,6 +110,7 @@ func (p *Plane) Open(ctx context.Context, in OpenStreamInput) (*LiveStream, erro
 	p.mu.Lock()
 	s.mu.Lock()
 	s.opened = true
+	s.armIdleLocked()
 	if p.suspended != nil {
 		// The lease was lost while the open was in flight: this stream waits to be reclaimed
 		// like the others.

@@ -464,6 +464,7 @@ func TestCheckpointSpreadNeverDelays(t *testing.T) {
 		c.Clock = clock
 		c.CheckpointInterval = time.Second
 		c.CheckpointSpread = 400 * time.Millisecond
+		c.IdleTimeout = producer.NoIdleTimeout // the clock's pending timers are the checkpoints'
 	})
 	for i := range 20 {
 		s := w.open(t, fmt.Sprintf("m%d", i))

@@ -27,6 +27,7 @@ import (
 	"github.com/rindle-sh/rindle-go/httpapi"
 	"github.com/rindle-sh/rindle-go/internal/pgcluster"
 	"github.com/rindle-sh/rindle-go/migrations"
+	"github.com/rindle-sh/rindle-go/producer"
 )
 
 // settings are every knob, from flags with environment defaults.
@@ -34,7 +35,7 @@ type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
 	corsOrigins, debugAddr, secretFile, logFormat                           string
 	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
-	idleTimeout, bodyTimeout, ingestIdleTimeout                             time.Duration
+	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout          time.Duration
 	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject int
 }
 
@@ -102,6 +103,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.IntVar(&s.checkpointChars, "checkpoint-chars", DefaultCheckpointChars, "pending UTF-16 units that force a checkpoint; the 750ms interval forces one anyway [RINDLE_CHECKPOINT_CHARS]")
 	fs.DurationVar(&s.streamsLongPoll, "streams-long-poll", httpapi.DefaultStreamsLongPoll, "how long a Durable Streams long-poll waits for data before 204 [RINDLE_STREAMS_LONG_POLL]")
 	fs.DurationVar(&s.connectTimeout, "connect-timeout", cdc.DefaultConnectTimeout, "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
+	fs.DurationVar(&s.streamIdleTimeout, "stream-idle-timeout", producer.DefaultIdleTimeout, "a live stream with no text pushed for this long is sealed interrupted with what it took [RINDLE_STREAM_IDLE_TIMEOUT]")
 	fs.DurationVar(&s.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection stays open [RINDLE_IDLE_TIMEOUT]")
 	fs.DurationVar(&s.bodyTimeout, "body-timeout", httpapi.DefaultBodyTimeout, "bound on reading a whole request body (every route but ingest) [RINDLE_BODY_TIMEOUT]")
 	fs.DurationVar(&s.ingestIdleTimeout, "ingest-idle-timeout", httpapi.DefaultIngestIdleTimeout, "the longest pause between two reads of a streaming ingest body [RINDLE_INGEST_IDLE_TIMEOUT]")
@@ -111,7 +113,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	// malformed one is an error naming the variable, never a silent default; flags still win.
 	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT",
 		"streams-long-poll": "RINDLE_STREAMS_LONG_POLL", "checkpoint-chars": "RINDLE_CHECKPOINT_CHARS",
-		"idle-timeout": "RINDLE_IDLE_TIMEOUT", "body-timeout": "RINDLE_BODY_TIMEOUT", "ingest-idle-timeout": "RINDLE_INGEST_IDLE_TIMEOUT",
+		"idle-timeout": "RINDLE_IDLE_TIMEOUT", "stream-idle-timeout": "RINDLE_STREAM_IDLE_TIMEOUT", "body-timeout": "RINDLE_BODY_TIMEOUT", "ingest-idle-timeout": "RINDLE_INGEST_IDLE_TIMEOUT",
 		"max-event-streams": "RINDLE_MAX_EVENT_STREAMS", "max-event-streams-per-subject": "RINDLE_MAX_EVENT_STREAMS_PER_SUBJECT"} {
 		if v := getenv(k); v != "" {
 			if err := fs.Set(flagName, v); err != nil {
@@ -163,7 +165,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 			return nil, fmt.Errorf("-%s %d: want at least 1", name, v)
 		}
 	}
-	for name, v := range map[string]time.Duration{"idle-timeout": s.idleTimeout, "body-timeout": s.bodyTimeout, "ingest-idle-timeout": s.ingestIdleTimeout} {
+	for name, v := range map[string]time.Duration{"idle-timeout": s.idleTimeout, "stream-idle-timeout": s.streamIdleTimeout, "body-timeout": s.bodyTimeout, "ingest-idle-timeout": s.ingestIdleTimeout} {
 		if v <= 0 {
 			return nil, fmt.Errorf("-%s %s: want a positive duration", name, v)
 		}

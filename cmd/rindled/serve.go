@@ -175,6 +175,7 @@ func (in *server) startLive(ctx context.Context) error {
 	in.plane, err = producer.New(producer.Config{
 		Committer:       store,
 		CheckpointChars: in.s.checkpointChars,
+		IdleTimeout:     in.s.streamIdleTimeout,
 		// A burst of answers opened together spreads its interval commits over a quarter of
 		// the interval instead of hitting the database in waves.
 		CheckpointSpread: producer.DefaultCheckpointInterval / 4,
