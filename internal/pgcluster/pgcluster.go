@@ -9,8 +9,13 @@
 // runs as that user.
 //
 // Lifecycle: Start initializes the data directory if it has none (so a kept directory survives
-// restarts) and starts the server, or adopts the server already running there (a program
-// killed without stopping it); Stop stops it. Errors name the binary or step that failed and
+// restarts) and starts the server, or adopts the server already running there (another
+// program using the same directory, or one killed without stopping it); Stop stops it unless
+// another program still uses it. Several programs may share one directory (rindled and
+// examples/stream in one checkout): each holds a shared lock on users.lock for as long as it
+// runs (the kernel drops it when a process dies, even by kill -9), and Stop stops the server
+// only when it can take that lock exclusively. start.lock serializes the start and the stop
+// decisions, so a program starting while another stops waits and then starts the server anew. Errors name the binary or step that failed and
 // carry its output; a missing binary says how to install it.
 package pgcluster
 
@@ -59,6 +64,7 @@ type Cluster struct {
 	pgCtl string
 	data  string
 	runAs *syscall.Credential
+	users *os.File // holds a shared flock while this program uses the cluster
 }
 
 // Binary finds a PostgreSQL server program: on PATH, else in the newest
@@ -182,16 +188,40 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	logFile := filepath.Join(dir, "postgres.log")
 	timeout := strconv.Itoa(int(cfg.StartTimeout.Seconds()))
 	c.URL = fmt.Sprintf("host=%s user=postgres dbname=postgres sslmode=disable", c.SocketDir)
-	// A server already running on this data directory is one a previous program left behind
-	// (killed, not stopped): adopt it rather than fail on its lock file.
-	if c.command(ctx, c.pgCtl, "status", "-D", c.data).Run() == nil {
-		return c, nil
+	unlock, err := lockFile(filepath.Join(dir, "start.lock"), syscall.LOCK_EX)
+	if err != nil {
+		return nil, err
 	}
-	if out, err := c.command(ctx, c.pgCtl, "start", "-w", "-t", timeout, "-D", c.data, "-l", logFile, "-o", opts).CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(logFile)
-		return nil, fmt.Errorf("pgcluster: pg_ctl start in %s: %w\n%s\n%s", c.data, err, out, tail(log, 4000))
+	defer unlock()
+	// A server already running on this data directory belongs to another program using this
+	// directory, or to one killed without stopping it: adopt it rather than fail on its lock file.
+	if c.command(ctx, c.pgCtl, "status", "-D", c.data).Run() != nil {
+		if out, err := c.command(ctx, c.pgCtl, "start", "-w", "-t", timeout, "-D", c.data, "-l", logFile, "-o", opts).CombinedOutput(); err != nil {
+			log, _ := os.ReadFile(logFile)
+			return nil, fmt.Errorf("pgcluster: pg_ctl start in %s: %w\n%s\n%s", c.data, err, out, tail(log, 4000))
+		}
+	}
+	if c.users, err = os.OpenFile(filepath.Join(dir, "users.lock"), os.O_CREATE|os.O_RDWR, 0o600); err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	if err := syscall.Flock(int(c.users.Fd()), syscall.LOCK_SH); err != nil {
+		_ = c.users.Close()
+		return nil, fmt.Errorf("pgcluster: lock %s: %w", c.users.Name(), err)
 	}
 	return c, nil
+}
+
+// lockFile takes a flock of how on path (created if missing) and returns its release.
+func lockFile(path string, how int) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("pgcluster: lock %s: %w", path, err)
+	}
+	return func() { _ = f.Close() }, nil // closing the file drops its lock
 }
 
 // untraversable returns the first ancestor of dir that others cannot search, or "".
@@ -223,9 +253,24 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 }
 
 // Stop stops the server (fast shutdown: clients are disconnected, nothing committed is lost)
-// and removes the directory when the cluster is ephemeral. Safe to call twice.
+// and removes the directory when the cluster is ephemeral, unless another program still uses
+// the cluster: then it leaves the server to the last one. Safe to call twice.
 func (c *Cluster) Stop(ctx context.Context) error {
+	if c.users == nil {
+		return nil
+	}
 	var errs []error
+	unlock, err := lockFile(filepath.Join(c.cfg.Dir, "start.lock"), syscall.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	last := syscall.Flock(int(c.users.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
+	_ = c.users.Close()
+	c.users = nil
+	if !last {
+		return nil // another program uses the cluster: it stops it when it is done
+	}
 	mode := "fast"
 	if c.cfg.Ephemeral {
 		mode = "immediate"

@@ -34,13 +34,22 @@ func TestAKeptClusterSurvivesARestart(t *testing.T) {
 	require.NoError(t, err)
 	conn.Close(ctx)
 
-	// A program killed without stopping its cluster: the next Start adopts the running server.
+	// A second program on the same directory adopts the running server; when it stops, the
+	// server stays up for the first (issue 19: it used to stop the cluster under it).
 	adopted, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir})
 	require.NoError(t, err)
 	conn, err = pgx.Connect(ctx, adopted.URL)
 	require.NoError(t, err)
 	conn.Close(ctx)
+	require.NoError(t, adopted.Stop(ctx))
+	conn, err = pgx.Connect(ctx, c.URL)
+	require.NoError(t, err, "the first program's cluster is still up")
+	require.NoError(t, conn.Ping(ctx))
+	conn.Close(ctx)
 	require.NoError(t, c.Stop(ctx))
+	_, err = pgx.Connect(ctx, c.URL)
+	require.Error(t, err, "the last program stopped it")
+	require.NoError(t, c.Stop(ctx), "twice is fine")
 
 	c, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Ephemeral: true})
 	require.NoError(t, err)
