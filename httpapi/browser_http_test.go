@@ -119,4 +119,24 @@ func TestErrorsForBrowsersAndStrangers(t *testing.T) {
 	for _, leak := range []string{"host=", "user=", "postgres", ".s.PGSQL", "closed pool"} {
 		require.NotContains(t, string(r.body), leak)
 	}
+	// Every 503 says when to retry (issue 19): create, open, the view and the event stream.
+	prod := token(t, "svc", "producer")
+	for _, probe := range []struct{ method, path, tok, body string }{
+		{"POST", "/v1/messages", prod, `{"id":"x","owner":"alice"}`},
+		{"POST", "/v1/streams/x/open", prod, ""},
+		{"GET", "/v1/streams/m", token(t, "alice", ""), ""},
+		{"GET", "/v1/streams/m/events", token(t, "alice", ""), ""},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), probe.method, c.base+probe.path, strings.NewReader(probe.body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+probe.tok)
+		if probe.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, probe.path)
+		require.NotEmpty(t, resp.Header.Get("Retry-After"), probe.path)
+	}
 }

@@ -206,3 +206,32 @@ func TestEventStreamsAreCappedPerSubjectAndInAll(t *testing.T) {
 		return status == http.StatusOK
 	}, time.Minute, 20*time.Millisecond)
 }
+
+// A path deleted and created again is another stream: a client's ETag from the old one must not
+// answer 304 for the new one's content, even when it is the same range. And Producer-Id and
+// Stream-Seq are bounded (they are stored with the stream).
+func TestProtocolIncarnationsAndBoundedHeaders(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serveStreams(t, w)
+	prod := token(t, "svc", "producer")
+	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/e", prod, text("text/plain"), "same").status)
+	first := c.ds("GET", "/v1/stream/e?offset=0000000000000000", prod, nil, "")
+	require.Equal(t, http.StatusOK, first.status)
+	tag := first.h.Get("ETag")
+	require.NotEmpty(t, tag)
+	require.Equal(t, http.StatusNotModified, c.ds("GET", "/v1/stream/e?offset=0000000000000000", prod, http.Header{"If-None-Match": {tag}}, "").status)
+	require.Equal(t, http.StatusNoContent, c.ds("DELETE", "/v1/stream/e", prod, nil, "").status)
+	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/e", prod, text("text/plain"), "same").status)
+	again := c.ds("GET", "/v1/stream/e?offset=0000000000000000", prod, http.Header{"If-None-Match": {tag}}, "")
+	require.Equal(t, http.StatusOK, again.status, "the old incarnation's tag does not match the new stream")
+	require.NotEqual(t, tag, again.h.Get("ETag"))
+
+	long := strings.Repeat("p", 257)
+	for _, h := range []http.Header{
+		{"Content-Type": {"text/plain"}, "Producer-Id": {long}, "Producer-Epoch": {"0"}, "Producer-Seq": {"0"}},
+		{"Content-Type": {"text/plain"}, "Stream-Seq": {long}},
+	} {
+		require.Equal(t, http.StatusBadRequest, c.ds("POST", "/v1/stream/e", prod, h, "x").status)
+	}
+}

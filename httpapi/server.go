@@ -14,6 +14,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/golang-jwt/jwt/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/cors"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -352,8 +353,14 @@ func (s *Server) producer(header string) (*Claims, error) {
 // unavailable is the 503 for a database failure. The cause is logged here and never sent: it
 // names the database's user, host and port.
 func (s *Server) unavailable(op string, err error) error {
+	var pe *pgconn.PgError
+	if checkpoint.IsPermanent(err) && errors.As(err, &pe) {
+		// The database refused the request's own data: an input error, which no retry fixes.
+		return huma.Error400BadRequest(fmt.Sprintf("%s: the database refused the request's data (SQLSTATE %s)", op, pe.Code))
+	}
 	s.cfg.Logger.Warn("database unavailable", "op", op, "err", err)
-	return huma.Error503ServiceUnavailable("the database is unavailable")
+	return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable("the database is unavailable: retry"),
+		http.Header{"Retry-After": {retryAfter}})
 }
 
 // errNoAccess is the one answer to a read that is denied and to a read of an id that does not

@@ -450,6 +450,12 @@ func parseProducer(r *http.Request) (*checkpoint.ProducerRef, error) {
 	if id[0] == "" {
 		return nil, errors.New("Producer-Id must not be empty")
 	}
+	if len(id[0]) > maxProducerHeader {
+		return nil, fmt.Errorf("Producer-Id is at most %d bytes", maxProducerHeader)
+	}
+	if err := unstorable("Producer-Id", id[0]); err != nil {
+		return nil, err
+	}
 	ref := &checkpoint.ProducerRef{ID: id[0]}
 	for _, f := range []struct {
 		raw string
@@ -464,10 +470,18 @@ func parseProducer(r *http.Request) (*checkpoint.ProducerRef, error) {
 	return ref, nil
 }
 
+// maxProducerHeader bounds Producer-Id and Stream-Seq: they are stored with the stream, and an
+// unbounded header would let one request store (and every later append compare) kilobytes.
+const maxProducerHeader = 256
+
 func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path string) {
 	ref, err := parseProducer(r)
 	if err != nil {
 		streamProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if sseq := r.Header.Get(hSeq); len(sseq) > maxProducerHeader || unstorable(hSeq, sseq) != nil {
+		streamProblem(w, http.StatusBadRequest, fmt.Sprintf("%s is at most %d bytes of text without U+0000", hSeq, maxProducerHeader))
 		return
 	}
 	body, ok := s.readBody(w, r)
@@ -609,9 +623,11 @@ func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string,
 	}
 }
 
-// etag names a response's range and whether it reached a closed end.
-func etag(path string, from, to producer.Seq, closed bool) string {
-	t := fmt.Sprintf(`"%x:%d:%d`, hashPath(path), from, to)
+// etag names a response's range, the stream's incarnation (a path deleted and created again
+// is another stream: its tags must not match the old one's) and whether it reached a closed
+// end.
+func etag(path string, created time.Time, from, to producer.Seq, closed bool) string {
+	t := fmt.Sprintf(`"%x:%x:%d:%d`, hashPath(path), created.UnixNano(), from, to)
 	if closed {
 		t += ":c"
 	}
@@ -663,7 +679,7 @@ func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, path string, 
 		h.Set("Cache-Control", "no-store")
 	} else {
 		h.Set("Cache-Control", "private, max-age=60, stale-while-revalidate=300")
-		tag := etag(path, from, end, closed)
+		tag := etag(path, m.Created, from, end, closed)
 		h.Set("ETag", tag)
 		if inm := r.Header.Get("If-None-Match"); inm != "" && inm == tag {
 			w.WriteHeader(http.StatusNotModified)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -476,7 +477,10 @@ func (p *Plane) retry(ctx context.Context, step func(context.Context) error) err
 	var last error
 	for attempt := 0; attempt <= p.cfg.CheckpointRetries; attempt++ {
 		if attempt > 0 {
-			t := time.NewTimer(p.cfg.RetryBackoff << (attempt - 1))
+			// Jittered over the upper half of the exponential step: streams whose commits failed
+			// together in one database blip do not all retry in the same instant.
+			d := p.cfg.RetryBackoff << (attempt - 1)
+			t := time.NewTimer(d/2 + rand.N(d/2+1))
 			select {
 			case <-t.C:
 			case <-ctx.Done():
