@@ -230,9 +230,15 @@ func (p *Protocol) Head(ctx context.Context, path string) (StreamMeta, error) {
 	return m, nil
 }
 
-// Read returns the stream's metadata and its text from offset from on, at most limit appends.
-// With touch it renews a sliding TTL (a read is an access); a live read touches once, when it
-// begins, so a hundred waiting readers do not queue on the stream's row at every append.
+// ProtocolReadBytes bounds one Read: it stops after the append that reaches this many bytes,
+// and the reader asks again from where it ended. A long stream is read in pages instead of
+// being held whole in memory by one response.
+const ProtocolReadBytes = 1 << 20
+
+// Read returns the stream's metadata and its text from offset from on, at most limit appends
+// and about ProtocolReadBytes. With touch it renews a sliding TTL (a read is an access); a live
+// read touches once, when it begins, so a hundred waiting readers do not queue on the stream's
+// row at every append.
 func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, limit int, touch bool) (meta StreamMeta, text string, end producer.Seq, err error) {
 	m, err := p.Head(ctx, path)
 	if err != nil {
@@ -266,6 +272,9 @@ func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, lim
 		}
 		buf = append(buf, chunk...)
 		end = producer.Seq(seq)
+		if len(buf) >= ProtocolReadBytes {
+			break // a page: the reader goes on from end (whole appends keep JSON messages whole)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)

@@ -235,3 +235,35 @@ func TestProtocolIncarnationsAndBoundedHeaders(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, c.ds("POST", "/v1/stream/e", prod, h, "x").status)
 	}
 }
+
+// A catch-up read of a long stream is paged (about checkpoint.ProtocolReadBytes a response), so
+// one request cannot make the server hold the whole stream; a reader following
+// Stream-Next-Offset gets it all.
+func TestProtocolCatchUpIsPaged(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serveStreams(t, w)
+	prod := token(t, "svc", "producer")
+	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/long", prod, text("text/plain"), "").status)
+	piece := strings.Repeat("x", 3000) // under the test server's 4096-byte body limit
+	var want strings.Builder
+	for want.Len() < 3*checkpoint.ProtocolReadBytes {
+		require.Equal(t, http.StatusNoContent, c.ds("POST", "/v1/stream/long", prod, text("text/plain"), piece).status)
+		want.WriteString(piece)
+	}
+	var got strings.Builder
+	offset, pages := "-1", 0
+	for {
+		r := c.ds("GET", "/v1/stream/long?offset="+offset, prod, nil, "")
+		require.Equal(t, http.StatusOK, r.status)
+		require.LessOrEqual(t, len(r.body), checkpoint.ProtocolReadBytes+len(piece), "one page")
+		got.WriteString(r.body)
+		pages++
+		offset = r.h.Get("Stream-Next-Offset")
+		if r.h.Get("Stream-Up-To-Date") == "true" {
+			break
+		}
+	}
+	require.Equal(t, want.String(), got.String())
+	require.GreaterOrEqual(t, pages, 3)
+}

@@ -194,6 +194,33 @@ func TestViewEvictsSettledMessagesAndRereadsThem(t *testing.T) {
 	require.LessOrEqual(t, w.view.Len(), 3, "settled messages beyond MaxEntries are evicted")
 }
 
+// Memory is bounded in bytes, not only in messages: a few long answers evict the least recently
+// used as many short ones do (issue 19: a 96 MiB stream stayed in the view for good).
+func TestViewEvictsByBytes(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	w.view.Stop()
+	v, err := ivm.New(ivm.Config{Subscriber: w.broker, Pool: w.db.Pool, MaxBytes: 64 << 10})
+	require.NoError(t, err)
+	require.NoError(t, v.Start(t.Context()))
+	t.Cleanup(v.Stop)
+	ctx := t.Context()
+	long := strings.Repeat("é", 10<<10) // 20 KiB of text; held as body and exposed text: 40 KiB
+	for i := range 4 {
+		_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id, body, seq, status) VALUES ($1, $2, $3, 'complete')", fmt.Sprint("m", i), long, producer.Len16(long))
+		require.NoError(t, err)
+	}
+	for i := range 4 {
+		m, err := v.Get(ctx, fmt.Sprint("m", i))
+		require.NoError(t, err)
+		require.Equal(t, long, m.Text)
+		require.LessOrEqual(t, v.Len(), 1, "after %d: only what fits in 64 KiB stays", i)
+	}
+	m, err := v.Get(ctx, "m0")
+	require.NoError(t, err)
+	require.Equal(t, long, m.Text, "an evicted message is read again")
+}
+
 // TestRandomWorkloadWithFaults runs many streams through checkpoints, compactions, app-side
 // status updates and cancels while the walsender is killed, the reader restarted, the view
 // restarted from its snapshot and the broker refusing publishes. Everything the view shows along

@@ -27,6 +27,9 @@ import (
 // DefaultMaxEntries is how many settled (not streaming) messages the view keeps in memory.
 const DefaultMaxEntries = 10_000
 
+// DefaultMaxBytes is how much text the settled messages the view keeps in memory may hold.
+const DefaultMaxBytes = 256 << 20
+
 // ErrNotFound: no message row has that id.
 var ErrNotFound = errors.New("ivm: no such message")
 
@@ -77,6 +80,10 @@ type Config struct {
 	// are evicted and read from the database on their next access. Streaming messages are
 	// always kept. Defaults to DefaultMaxEntries.
 	MaxEntries int
+	// MaxBytes bounds the text the settled messages kept in memory hold, in bytes (a message
+	// counts its body, its chunks and its exposed text): a few very long answers evict the
+	// least recently used as many short ones do. Defaults to DefaultMaxBytes.
+	MaxBytes int
 	// PoisonPublisher, if set, receives transactions that cannot be decoded, on Topic+".poison".
 	// Without it they are logged and dropped (they could never be applied).
 	PoisonPublisher message.Publisher
@@ -98,6 +105,7 @@ type View struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	settled *list.List // settled entries, most recently used first
+	held    int        // the bytes the settled entries hold (entry.held)
 	ready   chan struct{}
 
 	router  *message.Router
@@ -129,6 +137,16 @@ type entry struct {
 	seq     producer.Seq
 	changed chan struct{} // closed on every change, then replaced
 	elem    *list.Element // in settled when not streaming
+	held    int           // the bytes counted in View.held while settled
+}
+
+// size is what the entry holds in memory, in bytes of text.
+func (e *entry) size() int {
+	n := len(e.body) + e.view.Bytes()
+	for _, c := range e.chunks {
+		n += len(c.text)
+	}
+	return n
 }
 
 // New validates cfg.
@@ -147,6 +165,12 @@ func New(cfg Config) (*View, error) {
 	}
 	if cfg.MaxEntries == 0 {
 		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.MaxBytes < 0 {
+		return nil, &ConfigError{Field: "MaxBytes", Reason: "must not be negative"}
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultMaxBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -448,11 +472,18 @@ func (v *View) settleLocked(e *entry, appendOnly bool) {
 		if e.elem != nil {
 			v.settled.Remove(e.elem)
 			e.elem = nil
+			v.held -= e.held
+			e.held = 0
 		}
 	case e.elem == nil:
 		e.elem = v.settled.PushFront(e)
 	default:
 		v.settled.MoveToFront(e.elem)
+	}
+	if e.elem != nil {
+		n := e.size()
+		v.held += n - e.held
+		e.held = n
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
@@ -465,13 +496,15 @@ func (v *View) dropLocked(e *entry) {
 	if e.elem != nil {
 		v.settled.Remove(e.elem)
 		e.elem = nil
+		v.held -= e.held
+		e.held = 0
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
 }
 
 func (v *View) evictLocked() {
-	for v.settled.Len() > v.cfg.MaxEntries {
+	for v.settled.Len() > v.cfg.MaxEntries || (v.held > v.cfg.MaxBytes && v.settled.Len() > 0) {
 		v.dropLocked(v.settled.Back().Value.(*entry))
 	}
 }

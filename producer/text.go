@@ -35,6 +35,9 @@ type TextView struct{ t text16 }
 // Len is the length in UTF-16 code units, in O(1).
 func (v TextView) Len() Seq { return v.t.n }
 
+// Bytes is the text's size in memory: its UTF-8 bytes from the view's start.
+func (v TextView) Bytes() int { return len(v.t.b) }
+
 // String is the text, without a copy: the bytes it shares are never written again.
 func (v TextView) String() string {
 	if len(v.t.b) == 0 {
