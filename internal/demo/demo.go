@@ -170,15 +170,20 @@ func (d *Demo) start(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	// The driver's and the plane's words stay in the log: they name hosts, users and sockets.
 	if _, err := d.cfg.Messages.Create(r.Context(), checkpoint.NewMessage{ID: st.ID, Owner: st.Owner, Role: "assistant"}); err != nil {
 		release()
-		writeProblem(w, http.StatusServiceUnavailable, "the database is unavailable: "+err.Error())
+		d.cfg.Logger.Warn("demo: create message", "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "the database is unavailable: retry")
 		return
 	}
 	stream, err := d.cfg.Plane.Open(r.Context(), producer.OpenStreamInput{StreamID: st.ID})
 	if err != nil {
 		release()
-		writeProblem(w, http.StatusServiceUnavailable, "the stream could not be opened: "+err.Error())
+		d.cfg.Logger.Warn("demo: open stream", "stream", st.ID, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "the stream could not be opened: retry")
 		return
 	}
 	d.wg.Add(1)
