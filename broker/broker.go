@@ -1,6 +1,6 @@
 // Package broker owns the choice of the watermill broker that carries CDC transactions from the
 // one active CDC reader to every instance's incremental view, and the relay that carries live
-// frames between instances (DESIGN §8). It is a departure from DESIGN §3's folder list: the
+// frames between instances (docs/DESIGN.md §8). It is a departure from docs/DESIGN.md §3's folder list: the
 // broker choice is shared by cmd/rindled and by apps that embed the packages, so it has a
 // package of its own rather than living in the binary.
 //
@@ -20,7 +20,7 @@
 // Why JetStream over Redis Streams or Kafka: it is one small static server with persistence,
 // per-instance ordered consumers that start at "new" and survive server restarts without
 // consumer-group bookkeeping, and subject filters that give the relay a per-stream history
-// (DESIGN §9 notes Redis fan-out starts at "new only" after a restart and watermill-sql polls).
+// (docs/DESIGN.md §9 notes Redis fan-out starts at "new only" after a restart and watermill-sql polls).
 // Kafka would do, at the cost of a cluster and a consumer group per instance. Adding one means
 // a new case in Open that returns its watermill Publisher and a per-instance Subscriber, and a
 // Relay built on its client.

@@ -22,14 +22,14 @@
 // Checkpoints are group-committed (Config.Writers, Config.MaxGroup): while Writers transactions
 // run, the checkpoints that arrive wait and go together in the next transaction, one round trip
 // and one WAL flush for all, each still confirmed by its own returned row once that transaction
-// committed. This departs from DESIGN §5's "Append = ONE transaction" in letter: an append is
+// committed. This departs from docs/DESIGN.md §5's "Append = ONE transaction" in letter: an append is
 // still all-or-nothing, but it may share its transaction with other streams' appends. A statement
 // the server refuses fails only its own checkpoint (the others go again without it); any other
 // failure reaches every checkpoint of the transaction, each settled by its own read-back. It is
 // what lets one small pool keep up with a thousand streams (BenchmarkCheckpointSaturation).
 //
 // Appends and the seal apply only to a row that is still streaming under this Store's host token
-// (a departure from DESIGN §5's SQL, made for the sweeper): once the Sweeper has sealed the row
+// (a departure from docs/DESIGN.md §5's SQL, made for the sweeper): once the Sweeper has sealed the row
 // of a host whose lease lapsed, that host's producer, should it still be running, is fenced out
 // with a *producer.FencedError carrying what the row holds, instead of writing into a sealed row
 // or into a row another host opened since.

@@ -104,7 +104,7 @@ func New(cfg Config) (*Store, error) {
 	msg := q(t.Message)
 	// owned is the fencing guard every write of a live stream carries: the row is still
 	// streaming, and (with a host column) still this host's. The status half is a departure
-	// from DESIGN §5's SQL that fences a zombie producer (its lease lapsed, the sweeper sealed
+	// from docs/DESIGN.md §5's SQL that fences a zombie producer (its lease lapsed, the sweeper sealed
 	// its row) out of a sealed row; the host half fences it out of a row that was sealed at 0
 	// and opened again by another host.
 	owned := func(hostArg int) string {

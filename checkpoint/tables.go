@@ -67,7 +67,7 @@ type Tables struct {
 }
 
 // DefaultTables is the mapping of the project's default schema (migrations/): every opt-in
-// column named, as DESIGN §5 lays it out, except the chunk key, which migration 004 folded
+// column named, as docs/DESIGN.md §5 lays it out, except the chunk key, which migration 004 folded
 // into the (stream_id, seq) primary key. It is what a zero Tables means in every package.
 func DefaultTables() Tables {
 	return Tables{

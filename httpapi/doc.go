@@ -1,4 +1,4 @@
-// Package httpapi owns the HTTP surface of DESIGN §6: a huma server (OpenAPI 3.1 at
+// Package httpapi owns the HTTP surface of docs/DESIGN.md §6: a huma server (OpenAPI 3.1 at
 // /openapi.json, docs at /docs) with bearer-token auth and RFC 9457 problem details, and the
 // SSE join.
 //

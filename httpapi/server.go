@@ -217,6 +217,7 @@ func New(cfg Config) (*Server, error) {
 		waiting: &waiters{perSubject: map[string]int{}, max: cfg.MaxEventStreams, each: cfg.MaxEventStreamsPerSubject}}
 	hc := huma.DefaultConfig("Rindle streams", "1.0.0")
 	hc.Info.Description = "Durable, resumable language-model answers: every delta fanned out live, checkpointed into Postgres, one offset (`seq`, in UTF-16 code units) across both."
+	hc.Info.License = &huma.License{Name: "Apache-2.0", URL: "https://www.apache.org/licenses/LICENSE-2.0"}
 	hc.Servers = []*huma.Server{{URL: "/", Description: "This server (the document is served by the API it describes)."}}
 	hc.OpenAPIPath = "/openapi"
 	hc.DocsPath = ""     // served from the binary by serveDocs: no CDN
@@ -368,7 +369,7 @@ func (s *Server) unavailable(op string, err error) error {
 func errNoAccess() error { return huma.Error403Forbidden("you may not read this stream") }
 
 // HostHeader names the instance that hosts a live stream (the message's host column) on the
-// event stream's response: the alternative to the relay (DESIGN §8), for a proxy that routes
+// event stream's response: the alternative to the relay (docs/DESIGN.md §8), for a proxy that routes
 // readers to the producing instance, or a client that reconnects there.
 const HostHeader = "Rindle-Host"
 

@@ -1,4 +1,4 @@
-// Package migrations owns the versioned SQL of the default schema (DESIGN §5), embedded in the
+// Package migrations owns the versioned SQL of the default schema (docs/DESIGN.md §5), embedded in the
 // binary, and Migrate, which applies what a database lacks.
 //
 // It does not own app schemas: an app that maps its own tables migrates them itself

@@ -53,7 +53,7 @@ func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, versions, len(all))
 
-	// The schema is the one DESIGN §5 describes: the status CHECK admits every status.
+	// The schema is the one docs/DESIGN.md §5 describes: the status CHECK admits every status.
 	_, err = db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('m')")
 	require.NoError(t, err)
 	for _, st := range []string{"streaming", "complete", "cancelled", "error", "interrupted", "pending"} {

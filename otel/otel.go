@@ -405,7 +405,7 @@ func httpMetricsView(i sdkmetric.Instrument) (sdkmetric.Stream, bool) {
 // HTTPHandler instruments h with otelhttp on this Telemetry's providers and propagator: a
 // server span per request named by its route pattern, continuing a caller's W3C trace context,
 // and the HTTP server metrics. Requests for which skip returns true are not traced: an event
-// stream is one request that lives for minutes to hours (DESIGN §9), and probes are noise.
+// stream is one request that lives for minutes to hours (docs/DESIGN.md §9), and probes are noise.
 func (t *Telemetry) HTTPHandler(h http.Handler, skip func(*http.Request) bool) http.Handler {
 	opts := []otelhttp.Option{
 		otelhttp.WithTracerProvider(t.TracerProvider),

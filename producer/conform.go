@@ -9,7 +9,7 @@ import "fmt"
 //
 // Replays (a reconnecting adapter re-sending what it already sent) are absorbed. A chunk that
 // overlaps the delivered prefix and extends past it is trimmed to its unseen suffix, so a reader
-// that only appends stays correct (DESIGN §4; the seed passed such a chunk through whole).
+// that only appends stays correct (docs/DESIGN.md §4; the seed passed such a chunk through whole).
 //
 // Conform is pure state with no I/O. Feed maps one incoming frame to zero, one or two outgoing
 // frames (a missing open is synthesized at the join offset); End and Fail close out a source that

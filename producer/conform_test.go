@@ -53,7 +53,7 @@ func TestConformPass(t *testing.T) {
 			[]producer.Frame{stale(3, 0)}, true},
 		// Beyond the seed, which passed this open through: an adapter that replays from an
 		// earlier offset (JetStream from the stream's start) opens the reader where it asked,
-		// and the replay below is trimmed rather than re-sent (DESIGN §9's whole-buffer replay).
+		// and the replay below is trimmed rather than re-sent (docs/DESIGN.md §9's whole-buffer replay).
 		{"OpenBelowTheRequestedOffset", 3, []producer.Frame{open(1, 4), chunk(1, 4, "abc"), end(4)},
 			[]producer.Frame{open(3, 4), chunk(3, 4, "c"), end(4)}, false},
 		{"ReplayFromTheStartOpensAtTheJoin", 5, []producer.Frame{open(0, 0), chunk(0, 3, "abc"), durable(3), chunk(3, 6, "def"), durable(6), end(6)},

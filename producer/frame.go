@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// FrameType names one member of the frame union (DESIGN §4).
+// FrameType names one member of the frame union (docs/DESIGN.md §4).
 type FrameType string
 
 // The frame types. A subscription ends with exactly one of FrameEnd, FrameStale or FrameAbsent.

@@ -28,7 +28,7 @@ import (
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
-// The scale-out test (DESIGN §8): three rindled processes on one PostgreSQL and one NATS
+// The scale-out test (docs/DESIGN.md §8): three rindled processes on one PostgreSQL and one NATS
 // JetStream server, all on loopback. A producer on one instance, readers on the others joining
 // at random offsets mid-answer through the relay; then kill -9 of the producer's instance, of
 // the CDC leader, and a broker restart, each mid-answer. Contract S is checked for every reader

@@ -264,7 +264,7 @@ func (in *server) httpHandler() (http.Handler, error) {
 		d.Register(mux)
 		in.onStop(d.Stop)
 	}
-	// Event streams live for hours and probes are noise: neither gets a span (DESIGN §9).
+	// Event streams live for hours and probes are noise: neither gets a span (docs/DESIGN.md §9).
 	return in.tel.HTTPHandler(mux, func(r *http.Request) bool {
 		p := r.URL.Path
 		return strings.HasSuffix(p, "/events") || p == "/healthz" || p == "/readyz" || p == "/metrics"

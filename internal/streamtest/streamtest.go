@@ -1,4 +1,4 @@
-// Package streamtest checks subscriptions against the wire contract of DESIGN §4 in tests of
+// Package streamtest checks subscriptions against the wire contract of docs/DESIGN.md §4 in tests of
 // every package that serves frames: one open, contiguous chunks that span their offsets,
 // durable never past what was delivered, an end that claims no more than was delivered, and
 // exactly one terminal, last. It owns no goroutines.
