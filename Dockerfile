@@ -6,7 +6,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/rindled ./cmd/rindled
+# The source has no .git here (.dockerignore), so the version comes in as a build argument
+# (docker compose build --build-arg RINDLE_VERSION=v1.2.3); rindled version prints it.
+ARG RINDLE_VERSION=devel-image
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.buildVersion=${RINDLE_VERSION}" -o /out/rindled ./cmd/rindled
 
 FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

@@ -203,6 +203,14 @@ func NewInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*Instrume
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("otel: instruments: %w", err)
 	}
+	// Every counter exports 0 from the start, not only after its first increment: an alert on
+	// rate() or absent() needs the series before anything has happened.
+	for _, c := range []metric.Int64Counter{i.checkpointFailures, i.staleDrops} {
+		c.Add(context.Background(), 0)
+	}
+	for _, c := range []metric.Int64UpDownCounter{i.liveStreams, i.subscribers} {
+		c.Add(context.Background(), 0)
+	}
 	return i, nil
 }
 

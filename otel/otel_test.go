@@ -320,3 +320,17 @@ func TestPublishStallIsAGauge(t *testing.T) {
 	stalled.Store(true)
 	require.EqualValues(t, 1, value())
 }
+
+// Counters export 0 before their first increment, so alerts on rate() and absent() see them.
+func TestCountersExistBeforeTheirFirstIncrement(t *testing.T) {
+	_, _, reader := setup(t, rotel.Config{})
+	got := metricsByName(t, reader)
+	for _, name := range []string{"rindle.checkpoint.failures", "rindle.subscribers.stale_drops", "rindle.streams.live", "rindle.subscribers"} {
+		m, ok := got[name]
+		require.True(t, ok, "%s is exported before anything happened", name)
+		sum, ok := m.Data.(metricdata.Sum[int64])
+		require.True(t, ok, name)
+		require.Len(t, sum.DataPoints, 1, name)
+		require.Zero(t, sum.DataPoints[0].Value, name)
+	}
+}

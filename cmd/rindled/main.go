@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -21,7 +22,10 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "rindled:", err)
+		var reported *reportedError
+		if !errors.As(err, &reported) { // a reported error is already the log's last line
+			fmt.Fprintln(os.Stderr, "rindled:", err)
+		}
 		os.Exit(1)
 	}
 }

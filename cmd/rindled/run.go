@@ -34,6 +34,7 @@ import (
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
 	corsOrigins, debugAddr, secretFile, logFormat                           string
+	logLevel                                                                slog.Level
 	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
 	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout          time.Duration
 	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject int
@@ -70,7 +71,7 @@ Every flag also reads an environment variable (shown in brackets).
 // commandFlags names the settings each command reads; a command is offered (and -h lists) only
 // its own. serve reads them all.
 var commandFlags = map[string][]string{ //nolint:gochecknoglobals // a fixed table
-	"rindled migrate": {"database-url", "data", "connect-timeout", "log-format"},
+	"rindled migrate": {"database-url", "data", "connect-timeout", "log-format", "log-level"},
 	"rindled token":   {"database-url", "data", "jwt-secret", "jwt-secret-file"},
 	"rindled health":  {"addr"},
 }
@@ -90,6 +91,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.secret, "jwt-secret", env("RINDLE_JWT_SECRET", ""), "HS256 secret for bearer tokens, 32+ bytes; empty with a private cluster uses one generated in -data [RINDLE_JWT_SECRET]")
 	fs.StringVar(&s.secretFile, "jwt-secret-file", env("RINDLE_JWT_SECRET_FILE", ""), "read the HS256 secret from this file (a mounted secret); one trailing newline is ignored [RINDLE_JWT_SECRET_FILE]")
 	fs.StringVar(&s.logFormat, "log-format", env("RINDLE_LOG_FORMAT", "text"), "log lines as text (logfmt) or json [RINDLE_LOG_FORMAT]")
+	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "the least severe log lines written: debug, info, warn or error [RINDLE_LOG_LEVEL]")
 	fs.StringVar(&s.hostID, "host-id", env("RINDLE_HOST_ID", ""), "this instance's producer identity, unique per process; empty generates one [RINDLE_HOST_ID]")
 	fs.StringVar(&s.slot, "slot", env("RINDLE_SLOT", cdc.DefaultSlot), "logical replication slot [RINDLE_SLOT]")
 	fs.StringVar(&s.otlp, "otlp-endpoint", env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), "OTLP/HTTP collector base URL; empty exports nothing [OTEL_EXPORTER_OTLP_ENDPOINT]")
@@ -98,7 +100,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.corsOrigins, "cors-origins", env("RINDLE_CORS_ORIGINS", ""), "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com), or *; empty allows same-origin only [RINDLE_CORS_ORIGINS]")
 	fs.StringVar(&s.debugAddr, "debug-addr", env("RINDLE_DEBUG_ADDR", ""), "serve Go's /debug/pprof on this address (keep it on loopback or a private network); empty serves none [RINDLE_DEBUG_ADDR]")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", checkpoint.DefaultLeaseTTL, "how long an instance that stopped renewing keeps its live streams before the sweeper seals them interrupted [RINDLE_LEASE_TTL]")
-	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted")
+	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM waits for live streams to seal interrupted [RINDLE_DRAIN_TIMEOUT]")
 	fs.IntVar(&s.dbMaxConns, "db-max-conns", max(16, 4*runtime.NumCPU()), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
 	fs.IntVar(&s.checkpointChars, "checkpoint-chars", DefaultCheckpointChars, "pending UTF-16 units that force a checkpoint; the 750ms interval forces one anyway [RINDLE_CHECKPOINT_CHARS]")
 	fs.DurationVar(&s.streamsLongPoll, "streams-long-poll", httpapi.DefaultStreamsLongPoll, "how long a Durable Streams long-poll waits for data before 204 [RINDLE_STREAMS_LONG_POLL]")
@@ -113,6 +115,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	// malformed one is an error naming the variable, never a silent default; flags still win.
 	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT",
 		"streams-long-poll": "RINDLE_STREAMS_LONG_POLL", "checkpoint-chars": "RINDLE_CHECKPOINT_CHARS",
+		"drain-timeout": "RINDLE_DRAIN_TIMEOUT", "log-level": "RINDLE_LOG_LEVEL",
 		"idle-timeout": "RINDLE_IDLE_TIMEOUT", "stream-idle-timeout": "RINDLE_STREAM_IDLE_TIMEOUT", "body-timeout": "RINDLE_BODY_TIMEOUT", "ingest-idle-timeout": "RINDLE_INGEST_IDLE_TIMEOUT",
 		"max-event-streams": "RINDLE_MAX_EVENT_STREAMS", "max-event-streams-per-subject": "RINDLE_MAX_EVENT_STREAMS_PER_SUBJECT"} {
 		if v := getenv(k); v != "" {
@@ -191,6 +194,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "serve" && len(args) == 1 && (args[0] == "-version" || args[0] == "--version") {
+		cmd = "version" // the operator's habit: rindled --version
+	}
 	switch cmd {
 	case "serve":
 		s, err := parse("rindled", args, getenv, stderr, nil)
@@ -203,12 +209,13 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		if err != nil {
 			return err
 		}
-		_, applied, stopDB, err := migratedDatabase(ctx, s, stdout)
+		logger := s.logger(stdout)
+		_, applied, stopDB, err := migratedDatabase(ctx, s, logger)
 		if err != nil {
-			return err
+			return s.reported(logger, err)
 		}
 		stopDB()
-		fmt.Fprintf(stdout, "applied migrations %v\n", applied)
+		logger.Info("applied migrations", "versions", fmt.Sprint(applied))
 		return nil
 	case "token":
 		var sub, scope string
@@ -278,11 +285,11 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 }
 
 // database returns the URL to use, starting the private cluster when none is configured.
-func database(ctx context.Context, s *settings, stdout io.Writer) (string, func(), error) {
+func database(ctx context.Context, s *settings, logger *slog.Logger) (string, func(), error) {
 	if s.databaseURL != "" {
 		return s.databaseURL, func() {}, nil
 	}
-	fmt.Fprintf(stdout, "rindled: no DATABASE_URL; starting a private PostgreSQL in %s\n", s.dataDir)
+	logger.Info("no DATABASE_URL: starting a private PostgreSQL", "dir", s.dataDir)
 	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(s.dataDir, "pg"), Durable: true})
 	if err != nil {
 		return "", nil, fmt.Errorf("the embedded default database: %w", err)
@@ -310,8 +317,8 @@ func database(ctx context.Context, s *settings, stdout io.Writer) (string, func(
 
 // migratedDatabase is database, then the migrations it lacks. stop releases the private
 // cluster, if one was started.
-func migratedDatabase(ctx context.Context, s *settings, stdout io.Writer) (url string, applied []int, stop func(), err error) {
-	url, stop, err = database(ctx, s, stdout)
+func migratedDatabase(ctx context.Context, s *settings, logger *slog.Logger) (url string, applied []int, stop func(), err error) {
+	url, stop, err = database(ctx, s, logger)
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -377,9 +384,35 @@ func jwtSecret(s *settings) ([]byte, error) {
 	return secret, nil
 }
 
+// buildVersion is set at link time by builds that have no VCS information to read (the image:
+// -ldflags "-X main.buildVersion=v1.2.3"); empty otherwise.
+var buildVersion string //nolint:gochecknoglobals // written only by the linker
+
+// version is the module version of a `go install`ed binary, else the link-time version, else
+// the VCS revision the binary was built from (with +dirty for uncommitted changes).
 func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+	bi, ok := debug.ReadBuildInfo()
+	if ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
+	}
+	if buildVersion != "" {
+		return buildVersion
+	}
+	if ok {
+		var rev, dirty string
+		for _, kv := range bi.Settings {
+			switch kv.Key {
+			case "vcs.revision":
+				rev = kv.Value
+			case "vcs.modified":
+				if kv.Value == "true" {
+					dirty = "+dirty"
+				}
+			}
+		}
+		if rev != "" {
+			return "devel-" + rev[:min(12, len(rev))] + dirty
+		}
 	}
 	return "devel"
 }
@@ -420,11 +453,28 @@ func serveDebug(addr string, logger *slog.Logger) (func(), error) {
 	return func() { _ = srv.Close() }, nil
 }
 
-// logger writes the server's log lines in -log-format.
+// logger writes the server's log lines in -log-format, from -log-level up.
 func (s *settings) logger(w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	opts := &slog.HandlerOptions{Level: s.logLevel}
 	if s.logFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// reportedError is an error the server already wrote to its log (a JSON log stays JSON to its
+// last line); main exits non-zero without printing it again.
+type reportedError struct{ err error }
+
+func (e *reportedError) Error() string { return e.err.Error() }
+func (e *reportedError) Unwrap() error { return e.err }
+
+// reported logs err as the last line of a JSON log and marks it reported; in the text format it
+// is left for main to print, as it always was.
+func (s *settings) reported(logger *slog.Logger, err error) error {
+	if s.logFormat != "json" {
+		return err
+	}
+	logger.Error("rindled stopped", "err", err)
+	return &reportedError{err}
 }

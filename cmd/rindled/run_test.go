@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -141,10 +142,10 @@ func TestMigrateAppliesTheSchema(t *testing.T) {
 	db := pgtest.NewBareDB(t)
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"migrate"}, envOf(map[string]string{"DATABASE_URL": db.URL}), &out, io.Discard))
-	require.Contains(t, out.String(), "applied migrations [1 2 3 4 5]")
+	require.Contains(t, out.String(), `msg="applied migrations" versions="[1 2 3 4 5]"`)
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"migrate"}, envOf(map[string]string{"DATABASE_URL": db.URL}), &out, io.Discard))
-	require.Contains(t, out.String(), "applied migrations []", "idempotent")
+	require.Contains(t, out.String(), `msg="applied migrations" versions=[]`, "idempotent")
 }
 
 func TestHelpAndRefusals(t *testing.T) {
@@ -271,4 +272,35 @@ func TestJSONLogs(t *testing.T) {
 	require.Equal(t, "m1", line["stream"])
 	_, err = parse("rindled", nil, envOf(map[string]string{"RINDLE_LOG_FORMAT": "xml"}), io.Discard, nil)
 	require.ErrorContains(t, err, "want text or json")
+}
+
+// Issue 21, operator conventions: --version answers and exits 0; every line of a JSON log is
+// JSON, the fatal one included; -log-level and -drain-timeout read their environment variables.
+func TestOperatorConventions(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"--version"}, envOf(nil), &out, io.Discard))
+	require.True(t, strings.HasPrefix(out.String(), "rindled "), out.String())
+
+	out.Reset()
+	err := run(t.Context(), []string{"-log-format", "json", "-connect-timeout", "1s", "-database-url", "postgres://x@127.0.0.1:1/x"},
+		envOf(map[string]string{"RINDLE_JWT_SECRET": testSecret}), &out, io.Discard)
+	var reported *reportedError
+	require.ErrorAs(t, err, &reported, "the failure is the log's last line; main prints nothing more")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	for _, l := range lines {
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &v), "not JSON: %s", l)
+	}
+	require.Contains(t, lines[len(lines)-1], `"level":"ERROR"`)
+
+	s, err := parse("rindled", nil, envOf(map[string]string{"RINDLE_LOG_LEVEL": "warn", "RINDLE_DRAIN_TIMEOUT": "9s"}), io.Discard, nil)
+	require.NoError(t, err)
+	require.Equal(t, slog.LevelWarn, s.logLevel)
+	require.Equal(t, 9*time.Second, s.drainTimeout)
+	out.Reset()
+	s.logger(&out).Info("quiet")
+	require.Empty(t, out.String(), "below -log-level")
+	_, err = parse("rindled", nil, envOf(map[string]string{"RINDLE_LOG_LEVEL": "loud"}), io.Discard, nil)
+	require.ErrorContains(t, err, "RINDLE_LOG_LEVEL")
 }

@@ -62,6 +62,14 @@ func (in *server) stop() {
 func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	in := &server{s: s, logger: s.logger(stdout), hostID: s.hostID}
 	defer in.stop()
+	if err := in.serve(ctx); err != nil {
+		return s.reported(in.logger, err)
+	}
+	return nil
+}
+
+func (in *server) serve(ctx context.Context) error {
+	s := in.s
 	if in.hostID == "" {
 		host, _ := os.Hostname()
 		in.hostID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:8])
@@ -71,7 +79,7 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 		return err
 	}
 	for _, step := range []func(context.Context) error{
-		func(ctx context.Context) error { return in.openDatabase(ctx, stdout) },
+		in.openDatabase,
 		in.startTelemetry,
 		in.startDurable,
 		in.startLive,
@@ -89,8 +97,8 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 
 // openDatabase migrates the database (starting the private cluster when there is no URL),
 // opens the pool sized by -db-max-conns, and checks the tables against the mapping.
-func (in *server) openDatabase(ctx context.Context, stdout io.Writer) error {
-	url, _, stopDB, err := migratedDatabase(ctx, in.s, stdout)
+func (in *server) openDatabase(ctx context.Context) error {
+	url, _, stopDB, err := migratedDatabase(ctx, in.s, in.logger)
 	if err != nil {
 		return err
 	}
