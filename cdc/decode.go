@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/mapping"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -15,13 +15,13 @@ import (
 // relation cache and the open transaction) with no I/O, so arbitrary bytes can be fed to it:
 // every input is either decoded or refused with an error, never a panic.
 type decoder struct {
-	t         checkpoint.Tables
+	t         mapping.Tables
 	relations map[uint32]*pglogrepl.RelationMessage
 	tx        *Tx // the open transaction, between Begin and Commit
 }
 
-func newDecoder(t checkpoint.Tables) *decoder {
-	if resolved, err := checkpoint.ResolveTables(&t); err == nil {
+func newDecoder(t mapping.Tables) *decoder {
+	if resolved, err := mapping.Resolve(&t); err == nil {
 		t = resolved // names that fail validation never reach here: New refuses them
 	}
 	return &decoder{t: t, relations: map[uint32]*pglogrepl.RelationMessage{}}
@@ -69,7 +69,7 @@ func (d *decoder) feed(wal []byte) (done *Tx, err error) {
 	case *pglogrepl.DeleteMessage:
 		return nil, d.row(m.RelationID, nil, m.OldTuple, false)
 	case *pglogrepl.LogicalDecodingMessage:
-		if d.tx != nil && m.Transactional && m.Prefix == checkpoint.TraceMessagePrefix {
+		if d.tx != nil && m.Transactional && m.Prefix == mapping.TraceMessagePrefix {
 			d.tx.Trace = string(m.Content)
 		}
 	case *pglogrepl.TruncateMessage:
@@ -149,7 +149,7 @@ func (d *decoder) row(relID uint32, tuple, old *pglogrepl.TupleData, created boo
 			// (stream, seq); a mapping with a text chunk key names its stream in the id.
 			if c.ChunkKey != "" {
 				if k, keyed := cols[c.ChunkKey]; keyed && k.DataType == pglogrepl.TupleDataTypeText {
-					stream, seq, err := checkpoint.ParseChunkID(string(k.Data))
+					stream, seq, err := mapping.ParseChunkID(string(k.Data))
 					if err != nil {
 						return fmt.Errorf("cdc: chunk delete: %w", err)
 					}

@@ -56,7 +56,7 @@ type Tx struct {
 	CommitTime time.Time     `json:"commitTime"`
 	Events     []Event       `json:"events"`
 	// Trace is the W3C trace context a transactional logical-decoding message with prefix
-	// checkpoint.TraceMessagePrefix carried (a seal's: it writes no chunk row).
+	// mapping.TraceMessagePrefix carried (a seal's: it writes no chunk row).
 	Trace string `json:"trace,omitempty"`
 }
 

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/startstop"
+	"github.com/rindle-sh/rindle-go/mapping"
 )
 
 // Defaults of Config.
@@ -63,8 +63,8 @@ type Config struct {
 	// Publication covers the message and chunk tables, created if missing. Defaults to
 	// DefaultPublication.
 	Publication string
-	// Tables maps the tables to decode. Defaults to checkpoint.DefaultTables().
-	Tables *checkpoint.Tables
+	// Tables maps the tables to decode. Defaults to mapping.Default().
+	Tables *mapping.Tables
 	// Publisher receives one message per transaction. Required.
 	Publisher message.Publisher
 	// Topic is where transactions are published. Defaults to DefaultTopic.
@@ -116,7 +116,7 @@ type Reader struct {
 	cfg       Config
 	replConf  *pgconn.Config
 	plainConf *pgx.ConnConfig // setup and slot lag
-	tables    checkpoint.Tables
+	tables    mapping.Tables
 
 	published, events, reconnects atomic.Int64
 	acked                         atomic.Uint64
@@ -172,7 +172,7 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	resolved, err := checkpoint.ResolveTables(cfg.Tables)
+	resolved, err := mapping.Resolve(cfg.Tables)
 	if err != nil {
 		return nil, err
 	}

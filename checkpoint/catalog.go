@@ -56,7 +56,7 @@ func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	t, err := cfg.Tables.resolved()
+	t, err := resolvedTables(cfg.Tables)
 	if err != nil {
 		return nil, err
 	}

@@ -114,7 +114,7 @@ func NewLease(cfg LeaseConfig) (*Lease, error) {
 	if cfg.ReleaseTimeout == 0 {
 		cfg.ReleaseTimeout = DefaultReleaseTimeout
 	}
-	if err := (Tables{Message: cfg.HostsTable}).validate(); err != nil {
+	if err := validateTables(Tables{Message: cfg.HostsTable}); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {

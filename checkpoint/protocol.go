@@ -58,11 +58,23 @@ func (e *StreamClosedError) Error() string {
 	return fmt.Sprintf("checkpoint: the stream is closed at %d", e.Tail)
 }
 
-// ProducerError is an idempotent producer's request the store refused. Status is the HTTP
-// status the protocol gives it: 403 for a stale epoch (Epoch is the current one), 409 for a
-// sequence gap (Expected, Received), 400 for a new epoch that does not start at 0.
+// ProducerRefusal names why the store refused an idempotent producer's request. The storage
+// layer sets no status codes: httpapi maps each kind to the protocol's answer.
+type ProducerRefusal int
+
+// The refusals.
+const (
+	// StaleEpoch: a zombie producer; Epoch is the current epoch (the protocol's 403).
+	StaleEpoch ProducerRefusal = iota + 1
+	// SeqGap: a sequence number past the next expected; Expected and Received say which (409).
+	SeqGap
+	// EpochNotAtZero: a new epoch whose first seq is not 0 (400).
+	EpochNotAtZero
+)
+
+// ProducerError is an idempotent producer's request the store refused, and why.
 type ProducerError struct {
-	Status             int
+	Kind               ProducerRefusal
 	Epoch              int64
 	Expected, Received int64
 	Reason             string
@@ -390,22 +402,22 @@ func checkProducer(ctx context.Context, tx pgx.Tx, path string, ref ProducerRef)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if ref.Seq != 0 {
-			return nil, &ProducerError{Status: 409, Expected: 0, Received: ref.Seq, Reason: "a new producer starts at seq 0"}
+			return nil, &ProducerError{Kind: SeqGap, Expected: 0, Received: ref.Seq, Reason: "a new producer starts at seq 0"}
 		}
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("checkpoint: read producer %s: %w", ref.ID, err)
 	case ref.Epoch < epoch:
-		return nil, &ProducerError{Status: 403, Epoch: epoch, Reason: fmt.Sprintf("epoch %d is stale: the current epoch is %d", ref.Epoch, epoch)}
+		return nil, &ProducerError{Kind: StaleEpoch, Epoch: epoch, Reason: fmt.Sprintf("epoch %d is stale: the current epoch is %d", ref.Epoch, epoch)}
 	case ref.Epoch > epoch:
 		if ref.Seq != 0 {
-			return nil, &ProducerError{Status: 400, Reason: fmt.Sprintf("a new epoch starts at seq 0, not %d", ref.Seq)}
+			return nil, &ProducerError{Kind: EpochNotAtZero, Reason: fmt.Sprintf("a new epoch starts at seq 0, not %d", ref.Seq)}
 		}
 		return nil, nil
 	case ref.Seq <= last:
 		return &last, nil
 	case ref.Seq > last+1:
-		return nil, &ProducerError{Status: 409, Expected: last + 1, Received: ref.Seq, Reason: fmt.Sprintf("expected seq %d, got %d", last+1, ref.Seq)}
+		return nil, &ProducerError{Kind: SeqGap, Expected: last + 1, Received: ref.Seq, Reason: fmt.Sprintf("expected seq %d, got %d", last+1, ref.Seq)}
 	}
 	return nil, nil
 }

@@ -25,7 +25,7 @@ func (e *SchemaError) Error() string {
 // fails at start-up with the missing name instead of as an SQL error at the first open. It
 // checks names, not types. A zero t is DefaultTables().
 func CheckSchema(ctx context.Context, db DB, t Tables) error {
-	t, err := t.resolved()
+	t, err := resolvedTables(t)
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func New(cfg Config) (*Store, error) {
 	if rw, ok := cfg.DB.(RowsWriter); ok && group.batch > 1 {
 		group.rows = rw
 	}
-	t, err := cfg.Tables.resolved()
+	t, err := resolvedTables(cfg.Tables)
 	if err != nil {
 		return nil, err
 	}
@@ -424,10 +424,6 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 	}
 	return r.fence(in.StreamID)
 }
-
-// TraceMessagePrefix is the prefix of the logical-decoding message that carries a seal's W3C
-// traceparent (cdc reads it into Tx.Trace).
-const TraceMessagePrefix = "rindle.traceparent"
 
 // traceparent formats the W3C traceparent of ctx's span, or NULL without one.
 func traceparent(ctx context.Context) *string {

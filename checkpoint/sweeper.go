@@ -65,7 +65,7 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	t, err := cfg.Tables.resolved()
+	t, err := resolvedTables(cfg.Tables)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.HostsTable == "" {
 		cfg.HostsTable = DefaultHostsTable
 	}
-	if err := (Tables{Message: cfg.HostsTable}).validate(); err != nil {
+	if err := validateTables(Tables{Message: cfg.HostsTable}); err != nil {
 		return nil, err
 	}
 	if cfg.Interval < 0 {

@@ -326,14 +326,17 @@ func (s *Server) streamError(w http.ResponseWriter, op string, err error) {
 		w.Header().Set(hNextOffset, formatOffset(closed.Tail))
 		streamProblem(w, http.StatusConflict, "the stream is closed")
 	case errors.As(err, &perr):
-		switch perr.Status {
-		case http.StatusForbidden:
+		status := http.StatusBadRequest // checkpoint.EpochNotAtZero
+		switch perr.Kind {
+		case checkpoint.StaleEpoch:
+			status = http.StatusForbidden
 			w.Header().Set(hProducerEpoch, strconv.FormatInt(perr.Epoch, 10))
-		case http.StatusConflict:
+		case checkpoint.SeqGap:
+			status = http.StatusConflict
 			w.Header().Set("Producer-Expected-Seq", strconv.FormatInt(perr.Expected, 10))
 			w.Header().Set("Producer-Received-Seq", strconv.FormatInt(perr.Received, 10))
 		}
-		streamProblem(w, perr.Status, perr.Reason)
+		streamProblem(w, status, perr.Reason)
 	case errors.Is(err, context.Canceled):
 		// The client left.
 	default:

@@ -179,12 +179,7 @@ func New(cfg Config) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := t.Columns
-	id := func(s string) string { return pgx.Identifier{s}.Sanitize() }
-	errCol := "NULL::text"
-	if c.Error != "" {
-		errCol = id(c.Error)
-	}
+	reads := checkpoint.ViewReads(t)
 	v := &View{
 		cfg:     cfg,
 		t:       t,
@@ -192,9 +187,7 @@ func New(cfg Config) (*View, error) {
 		settled: list.New(),
 		ready:   make(chan struct{}),
 	}
-	v.sqlRow = fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = $1", id(c.Body), id(c.Seq), id(c.Status), errCol, id(t.Message), id(c.Key))
-	v.sqlChk = fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = ANY($1) ORDER BY %s, %s", id(c.ChunkStream), id(c.ChunkSeq), id(c.ChunkText), id(t.Chunks), id(c.ChunkStream), id(c.ChunkStream), id(c.ChunkSeq))
-	v.sqlAll = fmt.Sprintf("SELECT %s, %s, %s, %s, %s FROM %s WHERE %s = 'streaming'", id(c.Key), id(c.Body), id(c.Seq), id(c.Status), errCol, id(t.Message), id(c.Status))
+	v.sqlRow, v.sqlChk, v.sqlAll = reads.Row, reads.Chunks, reads.Streaming
 	return v, nil
 }
 
