@@ -23,7 +23,8 @@ import (
 // acknowledgements on the server) turns a nack into a lost message, and which closes its
 // output channel before draining the consumer (a send on a closed channel at shutdown). Here a
 // nacked message is delivered again, after NackDelay, before anything after it; the view's
-// handlers are idempotent, so redelivery is safe, and loss is not.
+// handlers are idempotent, so redelivery is safe, and loss is not. docs/upstream/watermill-nats.md
+// describes both defects for a report upstream.
 type orderedSubscriber struct {
 	js        jetstream.JetStream
 	nc        *nats.Conn
