@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -153,8 +154,14 @@ func (in *server) startDurable(ctx context.Context) error {
 	in.onStop(in.view.Stop)
 	// Every instance runs a reader; the one holding the slot publishes, the others stand by
 	// (the slot is the leader lock). application_name shows the leader in pg_stat_replication.
+	maxEvent := 0 // the default, under NATS's 1 MB
+	if bus.Kind == "gochannel" {
+		// In one process a message has no size limit: a long answer's seal travels whole, and
+		// the view need not gather it from parts (a copy of the answer less at its peak).
+		maxEvent = math.MaxInt
+	}
 	if in.reader, err = cdc.New(cdc.Config{ConnString: in.url, ConnectTimeout: in.s.connectTimeout, ApplicationName: "rindled-cdc " + in.hostID,
-		Slot: in.s.slot, Publisher: bus.Publisher, Topic: bus.Topic, Logger: in.logger}); err != nil {
+		Slot: in.s.slot, Publisher: bus.Publisher, Topic: bus.Topic, Logger: in.logger, MaxEventBytes: maxEvent}); err != nil {
 		return err
 	}
 	if err := in.reader.Start(ctx); err != nil {
