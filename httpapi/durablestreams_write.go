@@ -1,0 +1,198 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// The protocol's writes: create (PUT), append (POST, with idempotent producers), delete.
+
+func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path string, c *Claims) {
+	if r.Header.Get("Stream-Forked-From") != "" {
+		streamProblem(w, http.StatusNotImplemented, "forks are not implemented")
+		return
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	if _, _, err := mime.ParseMediaType(ct); err != nil {
+		streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %q is not a media type: %v", ct, err))
+		return
+	}
+	in := checkpoint.CreateStream{Path: path, Owner: c.Subject, ContentType: ct, Closed: closedHeader(r), SameType: sameType}
+	ttl, exp := r.Header.Get(hTTL), r.Header.Get(hExpiresAt)
+	if ttl != "" && exp != "" {
+		streamProblem(w, http.StatusBadRequest, "Stream-TTL and Stream-Expires-At exclude each other")
+		return
+	}
+	if ttl != "" {
+		n, err := strconv.ParseInt(ttl, 10, 64)
+		if !ttlPattern.MatchString(ttl) || err != nil || n > maxStreamTTL {
+			streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Stream-TTL must be a non-negative integer of seconds, at most %d (100 years)", maxStreamTTL))
+			return
+		}
+		in.TTL = &n
+	}
+	if exp != "" {
+		t, err := time.Parse(time.RFC3339Nano, exp)
+		if err != nil {
+			streamProblem(w, http.StatusBadRequest, "Stream-Expires-At must be an RFC 3339 time")
+			return
+		}
+		in.ExpiresAt = &t
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	text, err := encodeBody(ct, body, true)
+	if err != nil {
+		streamProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	in.Text = text
+	m, created, err := s.cfg.Streams.Create(r.Context(), in)
+	if err != nil {
+		s.streamError(w, "create stream", err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", m.ContentType)
+	h.Set(hNextOffset, formatOffset(m.Tail))
+	if m.Closed {
+		h.Set(hClosed, "true")
+	}
+	if created {
+		h.Set("Location", streamURL(r))
+		w.WriteHeader(http.StatusCreated)
+		s.streamChanges.forget(path)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func streamURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return (&url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path}).String()
+}
+
+var intPattern = regexp.MustCompile(`^(0|[1-9][0-9]{0,15})$`)
+
+const maxSafeInteger = 1<<53 - 1
+
+func parseProducer(r *http.Request) (*checkpoint.ProducerRef, error) {
+	id, epoch, seq := r.Header.Values(hProducerID), r.Header.Get(hProducerEpoch), r.Header.Get(hProducerSeq)
+	if len(id) == 0 && epoch == "" && seq == "" {
+		return nil, nil
+	}
+	if len(id) == 0 || epoch == "" || seq == "" {
+		return nil, errors.New("Producer-Id, Producer-Epoch and Producer-Seq go together")
+	}
+	if id[0] == "" {
+		return nil, errors.New("Producer-Id must not be empty")
+	}
+	if len(id[0]) > maxProducerHeader {
+		return nil, fmt.Errorf("Producer-Id is at most %d bytes", maxProducerHeader)
+	}
+	if err := unstorable("Producer-Id", id[0]); err != nil {
+		return nil, err
+	}
+	ref := &checkpoint.ProducerRef{ID: id[0]}
+	for _, f := range []struct {
+		raw string
+		to  *int64
+	}{{epoch, &ref.Epoch}, {seq, &ref.Seq}} {
+		n, err := strconv.ParseInt(f.raw, 10, 64)
+		if !intPattern.MatchString(f.raw) || err != nil || n > maxSafeInteger {
+			return nil, fmt.Errorf("producer epoch and seq are integers from 0 to 2^53-1, not %q", f.raw)
+		}
+		*f.to = n
+	}
+	return ref, nil
+}
+
+// maxProducerHeader bounds Producer-Id and Stream-Seq: they are stored with the stream, and an
+// unbounded header would let one request store (and every later append compare) kilobytes.
+const maxProducerHeader = 256
+
+func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path string) {
+	ref, err := parseProducer(r)
+	if err != nil {
+		streamProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if sseq := r.Header.Get(hSeq); len(sseq) > maxProducerHeader || unstorable(hSeq, sseq) != nil {
+		streamProblem(w, http.StatusBadRequest, fmt.Sprintf("%s is at most %d bytes of text without U+0000", hSeq, maxProducerHeader))
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	closing := closedHeader(r)
+	ct := r.Header.Get("Content-Type")
+	in := checkpoint.AppendStream{Path: path, ContentType: ct, Close: closing, StreamSeq: r.Header.Get(hSeq), Producer: ref, SameType: sameType}
+	if len(body) == 0 {
+		if !closing {
+			streamProblem(w, http.StatusBadRequest, "an append needs a body (or "+hClosed+": true to close)")
+			return
+		}
+	} else {
+		if ct == "" {
+			streamProblem(w, http.StatusBadRequest, "an append needs a Content-Type")
+			return
+		}
+		// Encoded by the request's type: when it is not the stream's, the store refuses it
+		// (409). A body that cannot be encoded travels raw with the reason, so the store
+		// answers in the protocol's order (closed, then type, then the body) and writes nothing.
+		text, err := encodeBody(ct, body, false)
+		if err != nil {
+			text, in.Invalid = string(body), err
+		}
+		in.Text = text
+	}
+	out, err := s.cfg.Streams.Append(r.Context(), in)
+	if err != nil {
+		s.streamError(w, "append", err)
+		return
+	}
+	h := w.Header()
+	h.Set(hNextOffset, formatOffset(out.Tail))
+	if out.Closed {
+		h.Set(hClosed, "true")
+	}
+	status := http.StatusNoContent
+	if ref != nil {
+		h.Set(hProducerEpoch, strconv.FormatInt(out.ProducerEpoch, 10))
+		h.Set(hProducerSeq, strconv.FormatInt(out.ProducerSeq, 10))
+		if !out.Duplicate && in.Text != "" {
+			status = http.StatusOK // new data; a close-only answers 204 like any close
+		}
+	}
+	if !out.Duplicate && !out.AlreadyClosed {
+		s.streamChanges.committed(path, appended{created: out.Created, from: out.Tail - producer.Len16(in.Text), to: out.Tail, text: in.Text, closed: out.Closed})
+	}
+	w.WriteHeader(status)
+}
+
+func (s *Server) streamDelete(w http.ResponseWriter, r *http.Request, path string) {
+	if err := s.cfg.Streams.Delete(r.Context(), path); err != nil {
+		s.streamError(w, "delete stream", err)
+		return
+	}
+	s.streamChanges.forget(path)
+	w.WriteHeader(http.StatusNoContent)
+}
