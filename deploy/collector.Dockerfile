@@ -3,5 +3,5 @@
 # binary, whose wget probes the collector's health_check extension. Nothing is compiled.
 FROM busybox:1.37.0-musl AS probe
 
-FROM otel/opentelemetry-collector-contrib:0.111.0
+FROM otel/opentelemetry-collector-contrib:0.138.0
 COPY --from=probe /bin/busybox /busybox
