@@ -110,109 +110,145 @@ func (d *decoder) row(relID uint32, tuple, old *pglogrepl.TupleData, created boo
 	if data == nil {
 		return fmt.Errorf("cdc: %s change with no tuple", rel.RelationName)
 	}
-	cols := map[string]*pglogrepl.TupleDataColumn{}
+	r := tupleRow{rel: rel, cols: map[string]*pglogrepl.TupleDataColumn{}}
 	for i, col := range data.Columns {
 		if i < len(rel.Columns) {
-			cols[rel.Columns[i].Name] = col
+			r.cols[rel.Columns[i].Name] = col
 		}
 	}
-	text := func(name string) (string, bool, error) {
-		c, ok := cols[name]
-		switch {
-		case !ok:
-			return "", false, fmt.Errorf("cdc: %s has no column %q", rel.RelationName, name)
-		case c.DataType == pglogrepl.TupleDataTypeText:
-			return string(c.Data), true, nil
-		case c.DataType == pglogrepl.TupleDataTypeNull, c.DataType == pglogrepl.TupleDataTypeToast:
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("cdc: %s.%s arrived in format %q; the reader asks for text", rel.RelationName, name, c.DataType)
-	}
-	seqOf := func(name string) (producer.Seq, error) {
-		s, ok, err := text(name)
-		if err != nil || !ok {
-			if err == nil {
-				err = fmt.Errorf("cdc: %s.%s is NULL", rel.RelationName, name)
-			}
-			return 0, err
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("cdc: %s.%s = %q is not an integer", rel.RelationName, name, s)
-		}
-		return producer.Seq(n), nil
-	}
-	c := d.t.Columns
-	if rel.RelationName == d.t.Chunks {
-		if old != nil {
-			// REPLICA IDENTITY DEFAULT: a delete carries only the key. The project's key is
-			// (stream, seq); a mapping with a text chunk key names its stream in the id.
-			if c.ChunkKey != "" {
-				if k, keyed := cols[c.ChunkKey]; keyed && k.DataType == pglogrepl.TupleDataTypeText {
-					stream, seq, err := mapping.ParseChunkID(string(k.Data))
-					if err != nil {
-						return fmt.Errorf("cdc: chunk delete: %w", err)
-					}
-					d.tx.Events = append(d.tx.Events, Event{Kind: ChunkDeleted, StreamID: stream, Seq: seq})
-					return nil
-				}
-			}
-			stream, ok, err := text(c.ChunkStream)
-			if err != nil {
-				return fmt.Errorf("cdc: chunk delete: %w", err)
-			}
-			if !ok {
-				return fmt.Errorf("cdc: %s delete carries no %q: its replica identity must include the stream column or a mapped chunk key", rel.RelationName, c.ChunkStream)
-			}
-			seq, err := seqOf(c.ChunkSeq)
-			if err != nil {
-				return fmt.Errorf("cdc: chunk delete: %w", err)
-			}
-			d.tx.Events = append(d.tx.Events, Event{Kind: ChunkDeleted, StreamID: stream, Seq: seq})
-			return nil
-		}
-		stream, ok, err := text(c.ChunkStream)
-		if err != nil || !ok {
-			return fmt.Errorf("cdc: chunk row without its stream: %w", err)
-		}
-		seq, err := seqOf(c.ChunkSeq)
-		if err != nil {
-			return err
-		}
-		body, ok, err := text(c.ChunkText)
-		if err != nil || !ok {
-			return fmt.Errorf("cdc: chunk row %s:%d without text: %w", stream, seq, err)
-		}
+	var ev Event
+	var err error
+	switch {
+	case rel.RelationName == d.t.Chunks && old != nil:
+		ev, err = d.chunkDeleted(r)
+	case rel.RelationName == d.t.Chunks:
 		if tuple != nil && !created {
 			return nil // chunk rows are append-only; an app that edits one gets no event
 		}
-		ev := Event{Kind: ChunkAppended, StreamID: stream, Seq: seq, Text: body}
-		if c.ChunkTraceparent != "" {
-			if tp, ok := cols[c.ChunkTraceparent]; ok && tp.DataType == pglogrepl.TupleDataTypeText {
-				ev.Traceparent = string(tp.Data)
+		ev, err = d.chunkAppended(r)
+	case old != nil:
+		ev, err = d.messageDeleted(r)
+	default:
+		ev, err = d.messageChanged(r, created)
+	}
+	if err != nil {
+		return err
+	}
+	d.tx.Events = append(d.tx.Events, ev)
+	return nil
+}
+
+// tupleRow is one decoded tuple's columns by name, in its relation.
+type tupleRow struct {
+	rel  *pglogrepl.RelationMessage
+	cols map[string]*pglogrepl.TupleDataColumn
+}
+
+// text is a column's text value; false for NULL or an unchanged TOASTed value.
+func (r tupleRow) text(name string) (string, bool, error) {
+	c, ok := r.cols[name]
+	switch {
+	case !ok:
+		return "", false, fmt.Errorf("cdc: %s has no column %q", r.rel.RelationName, name)
+	case c.DataType == pglogrepl.TupleDataTypeText:
+		return string(c.Data), true, nil
+	case c.DataType == pglogrepl.TupleDataTypeNull, c.DataType == pglogrepl.TupleDataTypeToast:
+		return "", false, nil
+	}
+	return "", false, fmt.Errorf("cdc: %s.%s arrived in format %q; the reader asks for text", r.rel.RelationName, name, c.DataType)
+}
+
+// seq is a NOT NULL integer column.
+func (r tupleRow) seq(name string) (producer.Seq, error) {
+	s, ok, err := r.text(name)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("cdc: %s.%s is NULL", r.rel.RelationName, name)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cdc: %s.%s = %q is not an integer", r.rel.RelationName, name, s)
+	}
+	return producer.Seq(n), nil
+}
+
+// chunkDeleted decodes a chunk DELETE. Under REPLICA IDENTITY DEFAULT it carries only the key:
+// the project's key is (stream, seq); a mapping with a text chunk key names its stream in it.
+func (d *decoder) chunkDeleted(r tupleRow) (Event, error) {
+	c := d.t.Columns
+	if c.ChunkKey != "" {
+		if k, keyed := r.cols[c.ChunkKey]; keyed && k.DataType == pglogrepl.TupleDataTypeText {
+			stream, seq, err := mapping.ParseChunkID(string(k.Data))
+			if err != nil {
+				return Event{}, fmt.Errorf("cdc: chunk delete: %w", err)
 			}
+			return Event{Kind: ChunkDeleted, StreamID: stream, Seq: seq}, nil
 		}
-		d.tx.Events = append(d.tx.Events, ev)
-		return nil
 	}
-	id, ok, err := text(c.Key)
+	stream, ok, err := r.text(c.ChunkStream)
+	if err != nil {
+		return Event{}, fmt.Errorf("cdc: chunk delete: %w", err)
+	}
+	if !ok {
+		return Event{}, fmt.Errorf("cdc: %s delete carries no %q: its replica identity must include the stream column or a mapped chunk key", r.rel.RelationName, c.ChunkStream)
+	}
+	seq, err := r.seq(c.ChunkSeq)
+	if err != nil {
+		return Event{}, fmt.Errorf("cdc: chunk delete: %w", err)
+	}
+	return Event{Kind: ChunkDeleted, StreamID: stream, Seq: seq}, nil
+}
+
+// chunkAppended decodes a chunk INSERT, with its trace context where the mapping carries one.
+func (d *decoder) chunkAppended(r tupleRow) (Event, error) {
+	c := d.t.Columns
+	stream, ok, err := r.text(c.ChunkStream)
 	if err != nil || !ok {
-		return fmt.Errorf("cdc: message change without its key: %w", err)
+		return Event{}, fmt.Errorf("cdc: chunk row without its stream: %w", err)
 	}
-	if old != nil {
-		d.tx.Events = append(d.tx.Events, Event{Kind: MessageDeleted, StreamID: id})
-		return nil
+	seq, err := r.seq(c.ChunkSeq)
+	if err != nil {
+		return Event{}, err
+	}
+	body, ok, err := r.text(c.ChunkText)
+	if err != nil || !ok {
+		return Event{}, fmt.Errorf("cdc: chunk row %s:%d without text: %w", stream, seq, err)
+	}
+	ev := Event{Kind: ChunkAppended, StreamID: stream, Seq: seq, Text: body}
+	if c.ChunkTraceparent != "" {
+		if tp, ok := r.cols[c.ChunkTraceparent]; ok && tp.DataType == pglogrepl.TupleDataTypeText {
+			ev.Traceparent = string(tp.Data)
+		}
+	}
+	return ev, nil
+}
+
+func (d *decoder) messageDeleted(r tupleRow) (Event, error) {
+	id, ok, err := r.text(d.t.Columns.Key)
+	if err != nil || !ok {
+		return Event{}, fmt.Errorf("cdc: message change without its key: %w", err)
+	}
+	return Event{Kind: MessageDeleted, StreamID: id}, nil
+}
+
+// messageChanged decodes a message INSERT or UPDATE. An unchanged TOASTed body arrives as 'u'
+// with no value: a nil Body means "keep the old body", never "empty".
+func (d *decoder) messageChanged(r tupleRow, created bool) (Event, error) {
+	c := d.t.Columns
+	id, ok, err := r.text(c.Key)
+	if err != nil || !ok {
+		return Event{}, fmt.Errorf("cdc: message change without its key: %w", err)
 	}
 	ev := Event{Kind: MessageChanged, StreamID: id, Created: created}
-	if ev.Seq, err = seqOf(c.Seq); err != nil {
-		return err
+	if ev.Seq, err = r.seq(c.Seq); err != nil {
+		return Event{}, err
 	}
-	if ev.Status, _, err = text(c.Status); err != nil {
-		return err
+	if ev.Status, _, err = r.text(c.Status); err != nil {
+		return Event{}, err
 	}
-	// An unchanged TOASTed body arrives as 'u' with no value: nil means "keep the old body",
-	// never "empty".
-	if col, ok := cols[c.Body]; ok && col.DataType == pglogrepl.TupleDataTypeText {
+	if col, ok := r.cols[c.Body]; ok && col.DataType == pglogrepl.TupleDataTypeText {
 		b := string(col.Data)
 		ev.Body = &b
 	} else if ok && col.DataType == pglogrepl.TupleDataTypeNull {
@@ -220,14 +256,15 @@ func (d *decoder) row(relID uint32, tuple, old *pglogrepl.TupleData, created boo
 		ev.Body = &empty
 	}
 	if c.Error != "" {
-		if e, ok, err := text(c.Error); err != nil {
-			return err
-		} else if ok {
+		e, ok, err := r.text(c.Error)
+		if err != nil {
+			return Event{}, err
+		}
+		if ok {
 			ev.Error = &e
 		}
 	}
-	d.tx.Events = append(d.tx.Events, ev)
-	return nil
+	return ev, nil
 }
 
 // checkTupleFraming walks the tuples of an insert, update or delete (and a truncate's relation
