@@ -49,6 +49,7 @@ type CatalogConfig struct {
 type Catalog struct {
 	db                            DB
 	create, lookup, requestCancel string
+	deleteSealed                  string
 }
 
 // NewCatalog validates cfg and builds the catalog's statements.
@@ -82,6 +83,8 @@ func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
 		create: fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM (SELECT $1::text, $2::text, $3::text, $4::text) AS a(a1, a2, a3, a4) ON CONFLICT (%s) DO NOTHING RETURNING %s",
 			msg, cols, vals, q(c.Key), q(c.Key)),
 		lookup: fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = $1", q(c.Owner), q(c.Status), host, msg, q(c.Key)),
+		deleteSealed: fmt.Sprintf("DELETE FROM %s WHERE %s = ANY($1) AND %s IN ('complete', 'cancelled', 'error', 'interrupted')",
+			msg, q(c.Key), q(c.Status)),
 	}
 	if c.Cancel != "" {
 		// A pending row can be cancelled before its stream opens; a sealed one cannot.
@@ -136,4 +139,13 @@ func (c *Catalog) RequestCancel(ctx context.Context, id string) (requested bool,
 		return false, fmt.Errorf("checkpoint: cancel message %s: %w", id, err)
 	}
 	return true, nil
+}
+
+// DeleteSealed deletes the rows among ids that are sealed (their chunks go with them); a row
+// still pending or streaming is left alone.
+func (c *Catalog) DeleteSealed(ctx context.Context, ids []string) error {
+	if err := c.db.Batch(ctx, Statement{SQL: c.deleteSealed, Args: []any{ids}}); err != nil {
+		return fmt.Errorf("checkpoint: delete %d sealed messages: %w", len(ids), err)
+	}
+	return nil
 }

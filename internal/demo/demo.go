@@ -47,6 +47,7 @@ const (
 	DefaultRate       = 40 // tokens per second, a typical model's pace
 	MaxRate           = 2000
 	DefaultMaxRunning = 16
+	DefaultMaxKept    = 1000
 	TokenTTL          = time.Hour
 )
 
@@ -61,6 +62,10 @@ type Config struct {
 	// MaxRunning bounds concurrent generations; past it a start gets 429. Defaults to
 	// DefaultMaxRunning.
 	MaxRunning int
+	// MaxKept bounds the finished answers whose rows the demo keeps: past it, it deletes the
+	// oldest (anyone may start a demo answer, so its rows must not grow without bound).
+	// Defaults to DefaultMaxKept.
+	MaxKept int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -73,6 +78,7 @@ type Demo struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	running int
+	kept    []string // finished answers' ids, oldest first
 }
 
 // New validates cfg.
@@ -86,9 +92,14 @@ func New(cfg Config) (*Demo, error) {
 		return nil, errors.New("demo: Config.Mint is required")
 	case cfg.MaxRunning < 0:
 		return nil, errors.New("demo: Config.MaxRunning must not be negative")
+	case cfg.MaxKept < 0:
+		return nil, errors.New("demo: Config.MaxKept must not be negative")
 	}
 	if cfg.MaxRunning == 0 {
 		cfg.MaxRunning = DefaultMaxRunning
+	}
+	if cfg.MaxKept == 0 {
+		cfg.MaxKept = DefaultMaxKept
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -203,7 +214,8 @@ func (d *Demo) generate(st *producer.LiveStream, tokens, rate int) {
 	defer cancel()
 	switch {
 	case errors.Is(err, producer.ErrClosed):
-		return // drained: sealed interrupted already
+		d.keep(sealCtx, st.ID()) // drained: sealed interrupted already
+		return
 	case err != nil:
 		err = st.Fail(sealCtx, err)
 	default:
@@ -211,6 +223,24 @@ func (d *Demo) generate(st *producer.LiveStream, tokens, rate int) {
 	}
 	if err != nil && !errors.Is(err, producer.ErrClosed) {
 		d.cfg.Logger.Warn("demo: sealing an answer", "stream", st.ID(), "err", err)
+	}
+	d.keep(sealCtx, st.ID())
+}
+
+// keep records a finished answer and deletes the oldest rows past MaxKept.
+func (d *Demo) keep(ctx context.Context, id string) {
+	d.mu.Lock()
+	d.kept = append(d.kept, id)
+	var drop []string
+	if over := len(d.kept) - d.cfg.MaxKept; over > 0 {
+		drop = append(drop, d.kept[:over]...)
+		d.kept = append(d.kept[:0], d.kept[over:]...)
+	}
+	d.mu.Unlock()
+	if len(drop) > 0 {
+		if err := d.cfg.Messages.DeleteSealed(ctx, drop); err != nil {
+			d.cfg.Logger.Warn("demo: deleting old answers", "count", len(drop), "err", err)
+		}
 	}
 }
 

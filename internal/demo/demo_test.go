@@ -117,3 +117,48 @@ func TestStartRefusesBadParametersAndTooManyAnswers(t *testing.T) {
 	_, status2 := db.DurableText(t, started["id"].(string))
 	require.Equal(t, "interrupted", status2, "a drain seals a running answer with what it produced")
 }
+
+// Anyone may start a demo answer, so the demo keeps the rows of at most MaxKept finished ones:
+// past it the oldest are deleted (issue 19: every row was kept forever).
+func TestTheDemoKeepsABoundedNumberOfAnswers(t *testing.T) {
+	db := pgtest.NewDB(t)
+	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), Tables: checkpoint.DefaultTables()})
+	require.NoError(t, err)
+	plane, err := producer.New(producer.Config{Committer: store,
+		Authorize: func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }})
+	require.NoError(t, err)
+	defer plane.Close()
+	catalog, err := checkpoint.NewCatalog(checkpoint.CatalogConfig{DB: checkpoint.PoolDB(db.Pool)})
+	require.NoError(t, err)
+	d, err := demo.New(demo.Config{Plane: plane, Messages: catalog, MaxRunning: 1, MaxKept: 2,
+		Mint: func(sub string, _ time.Duration) (string, error) { return "token-for-" + sub, nil }})
+	require.NoError(t, err)
+	defer d.Stop()
+	mux := http.NewServeMux()
+	d.Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	rows := func() int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM messages WHERE id LIKE 'demo-%'").Scan(&n))
+		return n
+	}
+	for i := range 4 {
+		// One answer at a time (MaxRunning 1): a 429 means the last one has not finished yet.
+		require.Eventually(t, func() bool {
+			resp, err := http.Post(srv.URL+"/demo/answers?tokens=2&rate=2000", "", nil)
+			require.NoError(t, err)
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusCreated
+		}, time.Minute, 10*time.Millisecond, "answer %d", i)
+	}
+	require.Eventually(t, func() bool {
+		resp, err := http.Post(srv.URL+"/demo/answers?tokens=2&rate=2000", "", nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusCreated
+	}, time.Minute, 10*time.Millisecond)
+	require.NoError(t, plane.Drain(t.Context()))
+	d.Stop()
+	require.Equal(t, 2, rows(), "the two newest finished answers are kept")
+}
