@@ -60,27 +60,43 @@ func TestAnswerYieldsValidMultilingualPiecesAtItsRate(t *testing.T) {
 	require.Equal(t, 3, n)
 }
 
-func TestStartRefusesBadParametersAndTooManyAnswers(t *testing.T) {
+// demoWorld is a demo on a real plane and database, served by a test server.
+type demoWorld struct {
+	db    *pgtest.DB
+	plane *producer.Plane
+	demo  *demo.Demo
+	url   string
+}
+
+func serveDemo(t *testing.T, cfg demo.Config) *demoWorld {
+	t.Helper()
 	db := pgtest.NewDB(t)
 	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), Tables: checkpoint.DefaultTables()})
 	require.NoError(t, err)
 	plane, err := producer.New(producer.Config{Committer: store,
 		Authorize: func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }})
 	require.NoError(t, err)
-	defer plane.Close()
-	catalog, err := checkpoint.NewCatalog(checkpoint.CatalogConfig{DB: checkpoint.PoolDB(db.Pool)})
+	t.Cleanup(plane.Close)
+	cfg.Plane = plane
+	cfg.Messages, err = checkpoint.NewCatalog(checkpoint.CatalogConfig{DB: checkpoint.PoolDB(db.Pool)})
 	require.NoError(t, err)
-	d, err := demo.New(demo.Config{Plane: plane, Messages: catalog, MaxRunning: 1,
-		Mint: func(sub string, _ time.Duration) (string, error) { return "token-for-" + sub, nil }})
+	cfg.Mint = func(sub string, _ time.Duration) (string, error) { return "token-for-" + sub, nil }
+	d, err := demo.New(cfg)
 	require.NoError(t, err)
-	defer d.Stop()
+	t.Cleanup(d.Stop)
 	mux := http.NewServeMux()
 	d.Register(mux)
 	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return &demoWorld{db: db, plane: plane, demo: d, url: srv.URL}
+}
+
+func TestStartRefusesBadParametersAndTooManyAnswers(t *testing.T) {
+	w := serveDemo(t, demo.Config{MaxRunning: 1})
+	db, plane, d, srvURL := w.db, w.plane, w.demo, w.url
 
 	post := func(query string) (int, map[string]any) {
-		resp, err := http.Post(srv.URL+"/demo/answers"+query, "", nil)
+		resp, err := http.Post(srvURL+"/demo/answers"+query, "", nil)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		var body map[string]any
@@ -103,11 +119,11 @@ func TestStartRefusesBadParametersAndTooManyAnswers(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, status, "one answer at a time here")
 	require.Contains(t, body["detail"], "already streaming")
 
-	resp, err := http.Get(srv.URL + "/")
+	resp, err := http.Get(srvURL + "/")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
-	resp, err = http.Get(srv.URL + "/nope")
+	resp, err = http.Get(srvURL + "/nope")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "the page is at / only")
@@ -121,23 +137,8 @@ func TestStartRefusesBadParametersAndTooManyAnswers(t *testing.T) {
 // Anyone may start a demo answer, so the demo keeps the rows of at most MaxKept finished ones:
 // past it the oldest are deleted (issue 19: every row was kept forever).
 func TestTheDemoKeepsABoundedNumberOfAnswers(t *testing.T) {
-	db := pgtest.NewDB(t)
-	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), Tables: checkpoint.DefaultTables()})
-	require.NoError(t, err)
-	plane, err := producer.New(producer.Config{Committer: store,
-		Authorize: func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }})
-	require.NoError(t, err)
-	defer plane.Close()
-	catalog, err := checkpoint.NewCatalog(checkpoint.CatalogConfig{DB: checkpoint.PoolDB(db.Pool)})
-	require.NoError(t, err)
-	d, err := demo.New(demo.Config{Plane: plane, Messages: catalog, MaxRunning: 1, MaxKept: 2,
-		Mint: func(sub string, _ time.Duration) (string, error) { return "token-for-" + sub, nil }})
-	require.NoError(t, err)
-	defer d.Stop()
-	mux := http.NewServeMux()
-	d.Register(mux)
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	w := serveDemo(t, demo.Config{MaxRunning: 1, MaxKept: 2})
+	db, plane, d, srvURL := w.db, w.plane, w.demo, w.url
 	rows := func() int {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM messages WHERE id LIKE 'demo-%'").Scan(&n))
@@ -146,14 +147,14 @@ func TestTheDemoKeepsABoundedNumberOfAnswers(t *testing.T) {
 	for i := range 4 {
 		// One answer at a time (MaxRunning 1): a 429 means the last one has not finished yet.
 		require.Eventually(t, func() bool {
-			resp, err := http.Post(srv.URL+"/demo/answers?tokens=2&rate=2000", "", nil)
+			resp, err := http.Post(srvURL+"/demo/answers?tokens=2&rate=2000", "", nil)
 			require.NoError(t, err)
 			resp.Body.Close()
 			return resp.StatusCode == http.StatusCreated
 		}, time.Minute, 10*time.Millisecond, "answer %d", i)
 	}
 	require.Eventually(t, func() bool {
-		resp, err := http.Post(srv.URL+"/demo/answers?tokens=2&rate=2000", "", nil)
+		resp, err := http.Post(srvURL+"/demo/answers?tokens=2&rate=2000", "", nil)
 		require.NoError(t, err)
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusCreated
