@@ -66,8 +66,8 @@ func (s *LiveStream) drain() {
 		// It runs even after the plane detached (its commit then fails at once), so a Close
 		// waiting on it always gets an answer.
 		if s.sealing != nil {
-			if s.sealRetry == nil {
-				s.commitSealLocked()
+			if s.sealRetry == nil && s.commitSealLocked() {
+				continue // the store refused the seal's text for good: seal what is durable now
 			}
 			break
 		}
@@ -248,7 +248,9 @@ func (s *LiveStream) failPermanentLocked(err error) {
 	s.forced = true
 }
 
-func (s *LiveStream) commitSealLocked() {
+// commitSealLocked runs one attempt of the seal. It reports true when the store refused the
+// seal's text for good and a seal of what is durable took its place: the drain runs it at once.
+func (s *LiveStream) commitSealLocked() (again bool) {
 	seal := s.sealing
 	from := s.durableSeq
 	in := CloseInput{
@@ -302,7 +304,7 @@ func (s *LiveStream) commitSealLocked() {
 	case errors.Is(err, ErrPermanent) && !seal.durableOnly:
 		// The seal's body holds what the store refused: seal what is durable instead, now.
 		s.failPermanentLocked(err)
-		s.kickLocked(true)
+		return true
 	case s.detached:
 		// The plane is gone: nothing will retry. The row stays streaming until this host's lease
 		// lapses and another host's sweeper seals it; readers were detached without an end.
@@ -325,6 +327,7 @@ func (s *LiveStream) commitSealLocked() {
 			}
 		})
 	}
+	return false
 }
 
 // fenceLocked ends the stream with what another writer sealed the row with. Nothing more is

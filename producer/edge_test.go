@@ -144,3 +144,25 @@ func TestAnIdleStreamIsSealedInterrupted(t *testing.T) {
 	w2.clock.Advance(24 * time.Hour)
 	require.False(t, s2.Ended())
 }
+
+// A seal whose body the store refuses for good (text that never reached a checkpoint) is
+// replaced by a seal of what is durable, at once: the stream ends error, not stuck retrying.
+func TestAPermanentlyRefusedSealSealsWhatIsDurable(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 1 << 20 })
+	w.store.failFunc = func(in producer.CommitInput) error {
+		if in.Kind == producer.CommitClose && strings.Contains(in.Close.Body, "poison") {
+			return &producer.PermanentError{Err: errors.New("ERROR: value too long (SQLSTATE 22001)")}
+		}
+		return nil
+	}
+	s := w.open(t, "m")
+	require.NoError(t, s.Push("good"))
+	_, err := s.Flush(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, s.Push(" poison"))
+	require.ErrorIs(t, s.Close(t.Context()), producer.ErrPermanent)
+	text, status := w.store.get("m")
+	require.Equal(t, "good", text)
+	require.Equal(t, producer.StatusError, status)
+}
