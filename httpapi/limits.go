@@ -40,7 +40,7 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request) (http.ResponseWri
 		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	}
 	body := &guardedBody{ReadCloser: r.Body, rc: rc}
-	r2 := r.Clone(r.Context())
+	r2 := r.WithContext(r.Context()) // a shallow copy: only the body changes
 	r2.Body = body
 	return &refusalWriter{ResponseWriter: w, body: body}, r2
 }
