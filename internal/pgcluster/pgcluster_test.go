@@ -2,8 +2,11 @@ package pgcluster_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -79,4 +82,36 @@ func TestAnUnreachableDirectoryIsRefusedWithAHint(t *testing.T) {
 func TestConfigNeedsADirectory(t *testing.T) {
 	_, err := pgcluster.Start(context.Background(), pgcluster.Config{})
 	require.ErrorContains(t, err, "Dir is required")
+}
+
+// The server does not inherit this process's descriptors beyond stdio. A fuzz worker's pipes to
+// its coordinator are inherited without close-on-exec; a server holding them outlived the worker
+// and kept the coordinator waiting forever.
+func TestTheServerHoldsNoInheritedDescriptor(t *testing.T) {
+	var p [2]int
+	require.NoError(t, syscall.Pipe(p[:])) // no O_CLOEXEC, as an inherited pipe would be
+	t.Cleanup(func() { _ = syscall.Close(p[0]); _ = syscall.Close(p[1]) })
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Fstat(p[0], &st))
+	dir := filepath.Join(t.TempDir(), "c")
+	if os.Geteuid() == 0 {
+		base, err := os.MkdirTemp("", "pgcluster-test-")
+		require.NoError(t, err)
+		require.NoError(t, os.Chmod(base, 0o755))
+		t.Cleanup(func() { _ = os.RemoveAll(base) })
+		dir = filepath.Join(base, "c")
+	}
+	c, err := pgcluster.Start(context.Background(), pgcluster.Config{Dir: dir, Ephemeral: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	pidFile, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
+	require.NoError(t, err)
+	pid := strings.SplitN(string(pidFile), "\n", 2)[0]
+	fds, err := os.ReadDir("/proc/" + pid + "/fd")
+	require.NoError(t, err)
+	want := fmt.Sprintf("pipe:[%d]", st.Ino)
+	for _, fd := range fds {
+		target, _ := os.Readlink("/proc/" + pid + "/fd/" + fd.Name())
+		require.NotEqual(t, want, target, "the server holds this process's pipe as fd %s", fd.Name())
+	}
 }
