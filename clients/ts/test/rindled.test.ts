@@ -30,8 +30,11 @@ async function newStream(): Promise<{ id: string; producer: Producer }> {
   return { id, producer: new Producer({ baseUrl: srv.base, token: prod, streamId: id }) };
 }
 
+// view reads the durable view of a stream that has ended. The view follows the database through
+// CDC, so it can lag the live plane's end frame (on a busy machine it did): the read long-polls
+// until the view shows a terminal status (an offset past any stream makes only that end the wait).
 async function view(id: string): Promise<View> {
-  const res = await fetch(`${srv.base}/v1/streams/${id}`, { headers: { authorization: `Bearer ${alice}` } });
+  const res = await fetch(`${srv.base}/v1/streams/${id}?after=9007199254740991&wait=30s`, { headers: { authorization: `Bearer ${alice}` } });
   assert.equal(res.status, 200);
   return (await res.json()) as View;
 }
