@@ -15,16 +15,22 @@ import (
 	"github.com/rindle-sh/rindle-go/internal/pgcluster"
 )
 
-func TestAKeptClusterSurvivesARestart(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "kept")
-	if os.Geteuid() == 0 {
-		// t.TempDir is not searchable by others; a root run hands the cluster to postgres.
-		base, err := os.MkdirTemp("", "pgcluster-test-")
-		require.NoError(t, err)
-		require.NoError(t, os.Chmod(base, 0o755))
-		t.Cleanup(func() { _ = os.RemoveAll(base) })
-		dir = filepath.Join(base, "kept")
+// clusterDir is a cluster directory the test removes. t.TempDir is not searchable by others,
+// and a root run hands the cluster to postgres: there it lives under a world-searchable base.
+func clusterDir(t *testing.T, name string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return filepath.Join(t.TempDir(), name)
 	}
+	base, err := os.MkdirTemp("", "pgcluster-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	return filepath.Join(base, name)
+}
+
+func TestAKeptClusterSurvivesARestart(t *testing.T) {
+	dir := clusterDir(t, "kept")
 	ctx := context.Background()
 	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir})
 	require.NoError(t, err)
@@ -93,14 +99,7 @@ func TestTheServerHoldsNoInheritedDescriptor(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Close(p[0]); _ = syscall.Close(p[1]) })
 	var st syscall.Stat_t
 	require.NoError(t, syscall.Fstat(p[0], &st))
-	dir := filepath.Join(t.TempDir(), "c")
-	if os.Geteuid() == 0 {
-		base, err := os.MkdirTemp("", "pgcluster-test-")
-		require.NoError(t, err)
-		require.NoError(t, os.Chmod(base, 0o755))
-		t.Cleanup(func() { _ = os.RemoveAll(base) })
-		dir = filepath.Join(base, "c")
-	}
+	dir := clusterDir(t, "c")
 	c, err := pgcluster.Start(context.Background(), pgcluster.Config{Dir: dir, Ephemeral: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
