@@ -88,9 +88,22 @@ const (
 // Encode is the wire form of a Tx in a watermill payload: JSON without HTML escaping, which
 // would spell each of <, > and & in the text as six bytes (a model's answer full of markup would
 // triple in size on the wire).
+//
+// The buffer is sized up front from the text it will carry: grown by doubling, a seal's payload
+// of a long answer would allocate about twice its size again on the way.
 func (t *Tx) Encode() ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
+	n := 256
+	for _, e := range t.Events {
+		n += 160 + len(e.StreamID) + len(e.Text) + len(e.Traceparent)
+		if e.Body != nil {
+			n += len(*e.Body)
+		}
+		if e.Error != nil {
+			n += len(*e.Error)
+		}
+	}
+	b := bytes.NewBuffer(make([]byte, 0, n))
+	enc := json.NewEncoder(b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(t); err != nil {
 		return nil, err

@@ -42,8 +42,10 @@ type faultDB struct {
 
 	batches atomic.Int64
 	queries atomic.Int64
-	groups  atomic.Int64 // WriteRows calls: group-commit transactions
-	grouped atomic.Int64 // the writes they carried
+	// batchText is the longest string argument any Batch (a seal, an open) has sent.
+	batchText atomic.Int64
+	groups    atomic.Int64 // WriteRows calls: group-commit transactions
+	grouped   atomic.Int64 // the writes they carried
 }
 
 func newFaultDB(inner checkpoint.DB) *faultDB {
@@ -51,6 +53,13 @@ func newFaultDB(inner checkpoint.DB) *faultDB {
 }
 
 func (f *faultDB) Batch(ctx context.Context, stmts ...checkpoint.Statement) error {
+	for _, st := range stmts {
+		for _, a := range st.Args {
+			if s, ok := a.(string); ok && int64(len(s)) > f.batchText.Load() {
+				f.batchText.Store(int64(len(s)))
+			}
+		}
+	}
 	return f.write(ctx, func(ctx context.Context) error { return f.inner.Batch(ctx, stmts...) })
 }
 

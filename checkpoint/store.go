@@ -178,12 +178,22 @@ func New(cfg Config) (*Store, error) {
 		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming' WHERE %s = $1", msg, q(c.Status), q(c.Key))
 	}
 	// Compaction seals only a row this host still holds; its read-back tells a retried seal
-	// whose first reply was lost (the row already holds this seal) from a fence.
+	// whose first reply was lost (the row already holds this seal) from a fence. The body is
+	// put together in the database: the chunk rows, which hold exactly [0, seq) (each was
+	// written by the length compare-and-swap that moved seq over it), then the tail past seq,
+	// which is all the seal sends. A long answer's text is not sent again at its seal, and the
+	// guard seq = from makes the statement match only the length the tail starts at.
+	// Arguments: $1 tail, $2 length, $3 status, [$4 error,] then key, from and (with a host
+	// column) the host.
+	set := fmt.Sprintf("%[1]s = coalesce((SELECT string_agg(ch.%[2]s, '' ORDER BY ch.%[3]s) FROM %[4]s ch WHERE ch.%[5]s = m.%[6]s), '') || $1, %[7]s = $2, %[8]s = $3",
+		q(c.Body), q(c.ChunkText), q(c.ChunkSeq), q(t.Chunks), q(c.ChunkStream), q(c.Key), q(c.Seq), q(c.Status))
+	keyArg := 4
 	if c.Error != "" {
-		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3, %s = $4 WHERE %s = $5 AND %s", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Error), q(c.Key), owned(6))
-	} else {
-		s.compactBody = fmt.Sprintf("UPDATE %s SET %s = $1, %s = $2, %s = $3 WHERE %s = $4 AND %s", msg, q(c.Body), q(c.Seq), q(c.Status), q(c.Key), owned(5))
+		set += fmt.Sprintf(", %s = $4", q(c.Error))
+		keyArg = 5
 	}
+	s.compactBody = fmt.Sprintf("UPDATE %s m SET %s WHERE m.%s = $%d AND m.%s = $%d AND %s",
+		msg, set, q(c.Key), keyArg, q(c.Seq), keyArg+1, owned(keyArg+2))
 	return &Store{db: cfg.DB, group: group, t: t, token: token, sqlOf: s, hasHost: c.Host != ""}, nil
 }
 
@@ -373,20 +383,49 @@ func (s *Store) row(ctx context.Context, streamID string, lock bool) (rowState, 
 	return r, nil
 }
 
-// Close is compaction: the whole body, its length, the status (and error, when mapped) in the
-// message row, and every chunk row deleted, in one transaction. Whatever the chunks did or did
-// not capture, the body ends up right, so it also repairs failed checkpoints. The read-back
+// Close is compaction: the body, its length, the status (and error, when mapped) in the message
+// row, and every chunk row deleted, in one transaction. The body is the chunk rows followed by
+// the tail of the text past the row's length, so it also repairs failed checkpoints: whatever
+// they did not store, the tail carries. The seal starts the tail at the length the plane last
+// confirmed (in.From); when the row holds another length (a checkpoint whose confirmation was
+// lost), the read-back says which, and the seal is sent once more from there. The read-back
 // decides, whether or not the write's reply arrived: the row holding this seal is success, a
 // row still this host's and streaming is a failure to retry, anything else is a fence.
 func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
-	if in.BodyFrom != 0 {
-		return fmt.Errorf("stream %s: close: the body starts at %d, but compaction needs the whole text", in.StreamID, in.BodyFrom)
-	}
-	n := producer.Len16(in.Body)
+	n := in.BodyFrom + producer.Len16(in.Body)
 	if n != in.Seq {
-		return fmt.Errorf("stream %s: close: the body is %d units long, not %d", in.StreamID, n, in.Seq)
+		return fmt.Errorf("stream %s: close: the body covers [%d, %d), not [%d, %d)", in.StreamID, in.BodyFrom, n, in.BodyFrom, in.Seq)
 	}
-	args := []any{in.Body, int64(n), string(in.Status)}
+	from := in.From
+	for resent := false; ; resent = true {
+		if from < in.BodyFrom || from > n {
+			return fmt.Errorf("stream %s: close %s at %d: the row holds %d units, outside the retained text [%d, %d)", in.StreamID, in.Status, in.Seq, from, in.BodyFrom, n)
+		}
+		werr := s.compact(ctx, in, from, n)
+		r, err := s.row(ctx, in.StreamID, false)
+		switch {
+		case err != nil && werr != nil:
+			return fmt.Errorf("stream %s: close %s at %d: %w (read-back: %w)", in.StreamID, in.Status, in.Seq, werr, err)
+		case err != nil:
+			return fmt.Errorf("stream %s: close %s at %d: read-back: %w", in.StreamID, in.Status, in.Seq, err)
+		case r.status == string(in.Status) && r.seq == int64(n):
+			return nil
+		case r.ours(s.token) && werr != nil:
+			return permanentIf(fmt.Errorf("stream %s: close %s at %d: %w", in.StreamID, in.Status, in.Seq, werr))
+		case r.ours(s.token) && r.seq != int64(from) && !resent:
+			from = producer.Seq(r.seq)
+			continue
+		case r.ours(s.token):
+			return fmt.Errorf("stream %s: close %s at %d: the row is still streaming at %d", in.StreamID, in.Status, in.Seq, r.seq)
+		}
+		return r.fence(in.StreamID)
+	}
+}
+
+// compact sends one seal: the tail of in.Body from offset from, to a row that holds from units.
+func (s *Store) compact(ctx context.Context, in producer.CloseInput, from, n producer.Seq) error {
+	tail := producer.Slice16(in.Body, from-in.BodyFrom, n-in.BodyFrom)
+	args := []any{tail, int64(n), string(in.Status)}
 	if s.t.Columns.Error != "" {
 		var e *string
 		if in.Error != "" {
@@ -394,7 +433,7 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 		}
 		args = append(args, e)
 	}
-	args = append(args, in.StreamID)
+	args = append(args, in.StreamID, int64(from))
 	if s.hasHost {
 		args = append(args, s.token)
 	}
@@ -408,21 +447,7 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 	if tp := traceparent(ctx); tp != nil && s.t.Columns.ChunkTraceparent != "" {
 		stmts = append(stmts, Statement{SQL: "SELECT pg_logical_emit_message(true, $1::text, $2::text)", Args: []any{TraceMessagePrefix, *tp}})
 	}
-	werr := s.db.Batch(ctx, stmts...)
-	r, err := s.row(ctx, in.StreamID, false)
-	switch {
-	case err != nil && werr != nil:
-		return fmt.Errorf("stream %s: close %s at %d: %w (read-back: %w)", in.StreamID, in.Status, in.Seq, werr, err)
-	case err != nil:
-		return fmt.Errorf("stream %s: close %s at %d: read-back: %w", in.StreamID, in.Status, in.Seq, err)
-	case r.status == string(in.Status) && r.seq == int64(n):
-		return nil
-	case r.ours(s.token) && werr != nil:
-		return permanentIf(fmt.Errorf("stream %s: close %s at %d: %w", in.StreamID, in.Status, in.Seq, werr))
-	case r.ours(s.token):
-		return fmt.Errorf("stream %s: close %s at %d: the row is still streaming at %d", in.StreamID, in.Status, in.Seq, r.seq)
-	}
-	return r.fence(in.StreamID)
+	return s.db.Batch(ctx, stmts...)
 }
 
 // traceparent formats the W3C traceparent of ctx's span, or NULL without one.

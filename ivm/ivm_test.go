@@ -205,7 +205,7 @@ func TestViewEvictsByBytes(t *testing.T) {
 	require.NoError(t, v.Start(t.Context()))
 	t.Cleanup(v.Stop)
 	ctx := t.Context()
-	long := strings.Repeat("é", 10<<10) // 20 KiB of text; held as body and exposed text: 40 KiB
+	long := strings.Repeat("é", 20<<10) // 40 KiB of text, held once: the exposed text shares the body's bytes
 	for i := range 4 {
 		_, err := w.db.Pool.Exec(ctx, "INSERT INTO messages (id, body, seq, status) VALUES ($1, $2, $3, 'complete')", fmt.Sprint("m", i), long, producer.Len16(long))
 		require.NoError(t, err)

@@ -133,6 +133,7 @@ type entry struct {
 	loading bool
 	pending []*cdc.Tx
 	buf     *producer.Text    // the exposed text, appended to as chunks arrive
+	shared  bool              // buf still holds body's own bytes (nothing appended since)
 	view    producer.TextView // buf as last settled
 	seq     producer.Seq
 	changed chan struct{} // closed on every change, then replaced
@@ -142,7 +143,10 @@ type entry struct {
 
 // size is what the entry holds in memory, in bytes of text.
 func (e *entry) size() int {
-	n := len(e.body) + e.view.Bytes()
+	n := e.view.Bytes()
+	if !e.shared {
+		n += len(e.body)
+	}
 	for _, c := range e.chunks {
 		n += len(c.text)
 	}
@@ -447,7 +451,8 @@ func (v *View) settleLocked(e *entry, appendOnly bool) {
 	// Appending costs what the checkpoint added; only a changed body (compaction, a load)
 	// rebuilds the text.
 	if !appendOnly || e.buf == nil {
-		e.buf = producer.NewText(e.body)
+		// The body's own bytes, not a copy: a sealed message's text is held once.
+		e.buf, e.shared = producer.TextOf(e.body), true
 	}
 	at := e.buf.Len()
 	// The chunks are sorted by seq: skip those the text already holds without measuring them.
@@ -457,6 +462,7 @@ func (v *View) settleLocked(e *entry, appendOnly bool) {
 			break
 		}
 		e.buf.Append(c.text)
+		e.shared = false
 		at = c.seq
 	}
 	e.view, e.seq = e.buf.View(), at

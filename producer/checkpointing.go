@@ -257,7 +257,7 @@ func (s *LiveStream) commitSealLocked() (again bool) {
 		StreamID: s.id,
 		From:     from,
 		Seq:      s.seq,
-		Body:     string(s.buf.b),
+		Body:     s.buf.string(), // no copy: a long answer's seal holds its text once
 		BodyFrom: s.buf.from,
 		Status:   seal.status,
 		Error:    seal.err,

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Seq is an offset into a response, counted in UTF-16 code units: what JavaScript's
@@ -48,7 +49,7 @@ func runeLen16(s []byte) (units Seq, size int) {
 // clamped to [0, Len16(s)].
 func Slice16(s string, from, to Seq) string {
 	var t text16
-	t.b = []byte(s)
+	t.b = unsafe.Slice(unsafe.StringData(s), len(s)) // read only: locate never writes
 	t.n = Len16(s)
 	_, a := t.locate(from)
 	_, b := t.locate(to)
@@ -82,6 +83,12 @@ type text16 struct {
 func (t *text16) append(s string) Seq {
 	start := len(t.b)
 	t.b = append(t.b, s...)
+	return t.index(start)
+}
+
+// index extends the offset index and the length over b[start:], just added, and returns its
+// UTF-16 length.
+func (t *text16) index(start int) Seq {
 	last := 0
 	if len(t.marks) > 0 {
 		last = t.marks[len(t.marks)-1].off
@@ -132,6 +139,15 @@ func (t *text16) locate(at Seq) (Seq, int) {
 		off += size
 	}
 	return seq, off
+}
+
+// string is the retained text without a copy. Its bytes are never written again: append only
+// writes past the end (a reallocation copies them) and trimTo moves the kept text to a new array.
+func (t *text16) string() string {
+	if len(t.b) == 0 {
+		return ""
+	}
+	return unsafe.String(&t.b[0], len(t.b))
 }
 
 // slice copies the text between two offsets, each moved down to a rune boundary.

@@ -16,6 +16,20 @@ func NewText(s string) *Text {
 	return x
 }
 
+// TextOf returns a Text that starts with s's bytes, without copying them: the Text holds s's
+// memory until an Append, which copies it to an array of its own (s's bytes are never written).
+// A view of a sealed message holds its text once this way.
+func TextOf(s string) *Text {
+	x := &Text{}
+	if s == "" {
+		return x
+	}
+	b := unsafe.Slice(unsafe.StringData(s), len(s))
+	x.t.b = b[:len(b):len(b)] // full: the first Append reallocates
+	x.t.index(0)
+	return x
+}
+
 // Append adds s, which must be valid UTF-8, and returns its UTF-16 length.
 func (x *Text) Append(s string) Seq { return x.t.append(s) }
 

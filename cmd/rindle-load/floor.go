@@ -223,7 +223,7 @@ func startFloor(ctx context.Context) (*server, func(), error) {
 				for sc.Scan() { // drain
 				}
 			}()
-			return &server{base: m[1], pid: cmd.Process.Pid, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}, stop, nil
+			return &server{base: m[1], pid: cmd.Process.Pid, floor: true, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}, stop, nil
 		}
 	}
 	stop()

@@ -22,7 +22,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,19 +58,23 @@ type config struct {
 	keepWorkDir bool
 	serverArgs  string
 	floor       bool
+	fresh       bool
+	longMiB     int
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.rindled, "rindled", "", "the rindled binary to start; empty builds ./cmd/rindled")
 	flag.IntVar(&c.runs, "runs", 3, "repetitions of every scenario")
-	flag.StringVar(&c.scenarios, "scenarios", "fanout,idle,join", "comma-separated: fanout, idle, join")
+	flag.StringVar(&c.scenarios, "scenarios", "fanout,idle,join", "comma-separated: fanout, idle, join, long")
 	flag.IntVar(&c.readers, "readers", 1000, "fanout: SSE readers of one stream")
 	flag.IntVar(&c.rate, "rate", 100, "fanout: deltas per second")
 	flag.IntVar(&c.seconds, "seconds", 10, "fanout: how long the producer pushes")
 	flag.IntVar(&c.idle, "idle", 10000, "idle: subscribers held open")
 	flag.IntVar(&c.joiners, "joiners", 1000, "join: readers joining one long stream at once")
 	flag.IntVar(&c.joinLength, "join-length", 100000, "join: the stream's length in UTF-16 units before they join")
+	flag.IntVar(&c.longMiB, "long-mib", 10, "long: the answer's size in MiB, ingested in one request and sealed")
+	flag.BoolVar(&c.fresh, "fresh", false, "start fresh servers (and a fresh private cluster) for every repetition, so no figure comes from a warm process")
 	flag.BoolVar(&c.keepWorkDir, "keep", false, "keep the work directory (server log, cluster)")
 	flag.StringVar(&c.serverArgs, "server-args", "", "extra rindled flags, space-separated (-debug-addr 127.0.0.1:6060 to profile it)")
 	flag.BoolVar(&c.floor, "floor", false, "also run every scenario against the floor server (bare net/http from memory, in its own process) and print its figures beside rindled's")
@@ -97,6 +100,7 @@ func main() {
 type server struct {
 	base, producer, reader string
 	pid                    int
+	floor                  bool // the bare net/http floor server, not rindled
 	client                 *http.Client
 }
 
@@ -123,24 +127,38 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("build rindled: %w", err)
 		}
 	}
-	srv, stopServer, err := start(ctx, bin, work, strings.Fields(c.serverArgs))
-	if err != nil {
-		return err
-	}
-	defer stopServer()
 	// target is a server the scenarios run against, and the prefix of its figures' names.
 	type target struct {
 		prefix string
 		srv    *server
 	}
-	targets := []target{{"", srv}}
-	if c.floor {
+	// servers starts rindled (and the floor server, with -floor) in a directory of its own.
+	servers := func(dir string) ([]target, func(), error) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, nil, err
+		}
+		srv, stopServer, err := start(ctx, bin, dir, strings.Fields(c.serverArgs))
+		if err != nil {
+			return nil, nil, err
+		}
+		targets := []target{{"", srv}}
+		if !c.floor {
+			return targets, stopServer, nil
+		}
 		floor, stopFloor, err := startFloor(ctx)
 		if err != nil {
+			stopServer()
+			return nil, nil, err
+		}
+		return append(targets, target{"[floor] ", floor}), func() { stopFloor(); stopServer() }, nil
+	}
+	var targets []target
+	stopServers := func() {}
+	defer func() { stopServers() }()
+	if !c.fresh {
+		if targets, stopServers, err = servers(work); err != nil {
 			return err
 		}
-		defer stopFloor()
-		targets = append(targets, target{"[floor] ", floor})
 	}
 
 	figures := map[string][]float64{}
@@ -152,6 +170,13 @@ func run(ctx context.Context, c config) error {
 		figures[name] = append(figures[name], v)
 	}
 	for r := range c.runs {
+		if c.fresh {
+			stopServers()
+			stopServers = func() {}
+			if targets, stopServers, err = servers(filepath.Join(work, fmt.Sprintf("run%d", r+1))); err != nil {
+				return err
+			}
+		}
 		for _, sc := range strings.Split(c.scenarios, ",") {
 			// Side by side: each scenario against each server in turn, within one run.
 			for _, t := range targets {
@@ -165,6 +190,8 @@ func run(ctx context.Context, c config) error {
 					err = idle(ctx, t.srv, c, id, rec)
 				case "join":
 					err = join(ctx, t.srv, c, id, rec)
+				case "long":
+					err = long(ctx, t.srv, c, id, rec)
 				default:
 					return fmt.Errorf("unknown scenario %q", sc)
 				}
@@ -377,18 +404,21 @@ func (s *server) cpuSeconds() (float64, error) {
 }
 
 // rss is the server process's resident memory in bytes.
-func (s *server) rss() (float64, error) {
+func (s *server) rss() (float64, error) { return s.status("VmRSS:") }
+
+// status reads one memory figure, in bytes, from the server process's /proc status.
+func (s *server) status(field string) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid))
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, errors.New("no VmRSS")
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, s.pid)
 }
 
 func pct(sorted []time.Duration, q float64) float64 {
@@ -660,3 +690,59 @@ func (s *server) waitView(ctx context.Context, id string, seq int) error {
 	}
 	return fmt.Errorf("the view never reached %d units of %s", seq, id)
 }
+
+// long ingests one answer of c.longMiB MiB in a single request, seals it, and waits until the
+// view shows it complete at its full length: the server's peak resident memory (VmHWM) over the
+// whole life of the answer, less its peak before it, divided by the answer's size. Meaningful
+// only as the first scenario of a fresh server (-fresh -scenarios long): VmHWM never falls.
+func long(ctx context.Context, s *server, c config, id string, record func(string, float64)) error {
+	if s.floor {
+		return nil // the floor server stores nothing
+	}
+	size := c.longMiB << 20
+	piece := []byte(strings.Repeat("a long answer, <b>with markup</b> & more. ", 64))
+	text := bytes.Repeat(piece, size/len(piece)+1)[:size]
+	before, err := s.peakRSS()
+	if err != nil {
+		return err
+	}
+	if err := s.openStream(ctx, id); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/streams/"+id+"/ingest", bytes.NewReader(text))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.producer)
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("ingest: %s: %s", resp.Status, b)
+	}
+	if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/close", map[string]any{}, nil); err != nil {
+		return err
+	}
+	if err := s.waitView(ctx, id, size); err != nil {
+		return err
+	}
+	after, err := s.peakRSS()
+	if err != nil {
+		return err
+	}
+	now, err := s.rss()
+	if err != nil {
+		return err
+	}
+	record(fmt.Sprintf("long %d MiB answer: peak RSS added, MiB", c.longMiB), (after-before)/(1<<20))
+	record(fmt.Sprintf("long %d MiB answer: peak RSS added ÷ answer size", c.longMiB), (after-before)/float64(size))
+	record(fmt.Sprintf("long %d MiB answer: RSS after it, MiB", c.longMiB), now/(1<<20))
+	return nil
+}
+
+// peakRSS is the server process's peak resident memory so far (VmHWM), in bytes.
+func (s *server) peakRSS() (float64, error) { return s.status("VmHWM:") }
