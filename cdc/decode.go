@@ -18,6 +18,7 @@ type decoder struct {
 	t         mapping.Tables
 	relations map[uint32]*pglogrepl.RelationMessage
 	tx        *Tx // the open transaction, between Begin and Commit
+	maxBody   int // a longer body is not carried (Event.BodyOmitted); -1 or 0: no bound
 }
 
 func newDecoder(t mapping.Tables) *decoder {
@@ -249,8 +250,12 @@ func (d *decoder) messageChanged(r tupleRow, created bool) (Event, error) {
 		return Event{}, err
 	}
 	if col, ok := r.cols[c.Body]; ok && col.DataType == pglogrepl.TupleDataTypeText {
-		b := string(col.Data)
-		ev.Body = &b
+		if d.maxBody > 0 && len(col.Data) > d.maxBody {
+			ev.BodyOmitted = true
+		} else {
+			b := string(col.Data)
+			ev.Body = &b
+		}
 	} else if ok && col.DataType == pglogrepl.TupleDataTypeNull {
 		empty := ""
 		ev.Body = &empty

@@ -21,7 +21,8 @@ const (
 	// ChunkDeleted: a chunk row was deleted (compaction, a sweep, a cascade). StreamID and Seq.
 	ChunkDeleted EventKind = "chunk.deleted"
 	// MessageChanged: a message row was inserted or updated. StreamID, Seq, Status, Error are
-	// set; Body only when the row carried it (nil for an unchanged TOASTed body: keep the old).
+	// set; Body only when the row carried it (nil for an unchanged TOASTed body: keep the old)
+	// and it fits Config.MaxBodyBytes (otherwise BodyOmitted).
 	MessageChanged EventKind = "message.changed"
 	// MessageDeleted: a message row was deleted. StreamID.
 	MessageDeleted EventKind = "message.deleted"
@@ -36,9 +37,12 @@ type Event struct {
 	Seq      producer.Seq `json:"seq,omitempty"`
 	Text     string       `json:"text,omitempty"`
 	Body     *string      `json:"body,omitempty"`
-	Status   string       `json:"status,omitempty"`
-	Error    *string      `json:"error,omitempty"`
-	Created  bool         `json:"created,omitempty"` // MessageChanged from an INSERT
+	// BodyOmitted says the row carried a body longer than Config.MaxBodyBytes, left out of the
+	// event: Body is nil, and a consumer that needs the body reads it from the row.
+	BodyOmitted bool    `json:"bodyOmitted,omitempty"`
+	Status      string  `json:"status,omitempty"`
+	Error       *string `json:"error,omitempty"`
+	Created     bool    `json:"created,omitempty"` // MessageChanged from an INSERT
 	// Traceparent is the W3C trace context a ChunkAppended's checkpoint wrote with the row,
 	// when the chunk table has a traceparent column.
 	Traceparent string `json:"traceparent,omitempty"`

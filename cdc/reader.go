@@ -34,6 +34,7 @@ const (
 	DefaultPublishBackoff  = 100 * time.Millisecond
 	MaxPublishBackoff      = 5 * time.Second
 	DefaultMaxEventBytes   = 512 << 10
+	DefaultMaxBodyBytes    = 64 << 10
 )
 
 // Errors a caller can act on.
@@ -92,6 +93,12 @@ type Config struct {
 	// consumer joins back (Assembler), so no broker's message limit can stall the slot.
 	// Defaults to DefaultMaxEventBytes (NATS's default max_payload is 1 MB).
 	MaxEventBytes int
+	// MaxBodyBytes bounds the message body an event carries. A longer body (the seal of a long
+	// answer, which compaction writes whole) is left out and the event says so (BodyOmitted):
+	// a consumer reads it from the row if it needs it. The body is then not copied out of the
+	// WAL, encoded, sent through the broker and decoded on every instance, most of which hold
+	// its text already or never will. Defaults to DefaultMaxBodyBytes; -1 carries every body.
+	MaxBodyBytes int
 	// OnPublishErrorFunc, if set, hears every failed publish while the reader stalls on it.
 	OnPublishErrorFunc func(err error, tx *Tx, attempt int)
 	// Logger hears reconnects and stalls. Defaults to slog.Default().
@@ -168,6 +175,12 @@ func New(cfg Config) (*Reader, error) {
 	}
 	if cfg.MaxEventBytes == 0 {
 		cfg.MaxEventBytes = DefaultMaxEventBytes
+	}
+	switch {
+	case cfg.MaxBodyBytes < -1:
+		return nil, &ConfigError{Field: "MaxBodyBytes", Reason: "must be positive, 0 for the default or -1 for no bound"}
+	case cfg.MaxBodyBytes == 0:
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -385,6 +398,7 @@ func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
 	r.leader.Store(true)
 	defer r.leader.Store(false)
 	dec := newDecoder(r.tables)
+	dec.maxBody = r.cfg.MaxBodyBytes
 	acked := pglogrepl.LSN(r.acked.Load())
 	status := func(ctx context.Context) error {
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked})

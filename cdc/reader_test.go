@@ -121,6 +121,10 @@ func TestReaderConfigRefusals(t *testing.T) {
 	require.Error(t, errors.Unwrap(err), "the parse error is kept")
 	_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), ServerTimeout: -1})
 	require.Equal(t, "ServerTimeout", field(err))
+	_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), MaxBodyBytes: -2})
+	require.Equal(t, "MaxBodyBytes", field(err))
+	_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), MaxBodyBytes: -1})
+	require.NoError(t, err, "-1 carries every body")
 	for _, bad := range []string{"Bad", "a'b", "x-y", strings.Repeat("s", 64)} {
 		_, err = cdc.New(cdc.Config{ConnString: "host=/nowhere", Publisher: ordered(), Slot: bad})
 		require.Equal(t, "Slot", field(err), bad)

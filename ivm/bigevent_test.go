@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/broker"
@@ -42,7 +45,8 @@ func TestChangeEventsOfAnySizeReachEveryViewThroughNATS(t *testing.T) {
 		t.Cleanup(v.Stop)
 		views = append(views, v)
 	}
-	reader, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: leader.Publisher, Topic: leader.Topic, StatusInterval: 50 * time.Millisecond})
+	reader, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: leader.Publisher, Topic: leader.Topic, StatusInterval: 50 * time.Millisecond,
+		MaxBodyBytes: -1}) // every body rides in its event, however long: the parts carry it
 	require.NoError(t, err)
 	require.NoError(t, reader.Start(ctx))
 	t.Cleanup(func() {
@@ -99,4 +103,78 @@ func TestChangeEventsOfAnySizeReachEveryViewThroughNATS(t *testing.T) {
 		require.True(t, m.Text == long, "view %d: the 64 MiB answer", i)
 	}
 	require.False(t, reader.Stats().Stalled)
+}
+
+// A body longer than cdc.Config.MaxBodyBytes is left out of its event (a long answer's seal is
+// not copied through the broker to every instance): a view that held the stream streaming
+// drops it, its waiters wake, and the next read loads the sealed text from the row.
+func TestAViewReadsAnOmittedBodyFromTheRow(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	b := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = b.Close() })
+	v, err := ivm.New(ivm.Config{Subscriber: b, Pool: db.Pool})
+	require.NoError(t, err)
+	require.NoError(t, v.Start(ctx))
+	t.Cleanup(v.Stop)
+	// A subscriber beside the view sees what the events carry.
+	events, err := b.Subscribe(ctx, cdc.DefaultTopic)
+	require.NoError(t, err)
+	seals := make(chan cdc.Event, 1)
+	go func() {
+		for msg := range events { // acked at once: the broker holds each publish until every subscriber acks
+			msg.Ack()
+			var tx cdc.Tx
+			if json.Unmarshal(msg.Payload, &tx) != nil {
+				continue
+			}
+			for _, e := range tx.Events {
+				if e.Kind == cdc.MessageChanged && e.Status == "complete" {
+					seals <- e
+				}
+			}
+		}
+	}()
+	reader, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: b, StatusInterval: 50 * time.Millisecond, MaxBodyBytes: 16})
+	require.NoError(t, err)
+	require.NoError(t, reader.Start(ctx))
+	t.Cleanup(func() {
+		reader.Stop()
+		require.NoError(t, reader.DropSlot(context.Background()))
+	})
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec("INSERT INTO messages (id, owner, status) VALUES ('m1', 'alice', 'streaming')")
+	exec("INSERT INTO message_chunks (stream_id, seq, text) VALUES ('m1', 5, 'hello')")
+	exec("UPDATE messages SET seq = 5 WHERE id = 'm1'")
+	m, err := v.Wait(ctx, "m1", 4)
+	require.NoError(t, err)
+	require.Equal(t, "hello", m.Text)
+
+	// The seal compacts: the chunk rows go, the body holds the whole text, and more of it.
+	sealed := "hello, and the rest of the answer"
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "DELETE FROM message_chunks WHERE stream_id = 'm1'")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "UPDATE messages SET body = $1, seq = $2, status = 'complete' WHERE id = 'm1'", sealed, len(sealed))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	m, err = v.WaitFunc(ctx, "m1", func(m ivm.Message) bool { return m.Status.Terminal() })
+	require.NoError(t, err)
+	require.Equal(t, sealed, m.Text, "the view read the body the event left out")
+	require.Equal(t, len(sealed), int(m.Seq))
+
+	select {
+	case e := <-seals:
+		require.Nil(t, e.Body)
+		require.True(t, e.BodyOmitted, "the seal's event says its body was left out")
+	case <-ctx.Done():
+		t.Fatal("no seal event")
+	}
 }

@@ -401,7 +401,7 @@ func (v *View) applyToLocked(e *entry, tx *cdc.Tx) {
 	if tx.EndLSN != 0 && tx.EndLSN <= e.lastLSN {
 		return
 	}
-	deleted, appendOnly := false, true
+	deleted, reload, appendOnly := false, false, true
 	for _, ev := range tx.Events {
 		if ev.StreamID != e.id {
 			continue
@@ -426,6 +426,7 @@ func (v *View) applyToLocked(e *entry, tx *cdc.Tx) {
 			if ev.Error != nil {
 				e.errMsg = *ev.Error
 			}
+			reload = reload || ev.BodyOmitted
 			if ev.Body != nil && *ev.Body != e.body {
 				e.body = *ev.Body
 				appendOnly = false
@@ -436,7 +437,9 @@ func (v *View) applyToLocked(e *entry, tx *cdc.Tx) {
 	}
 	e.lastLSN = tx.EndLSN
 	e.updated = tx.CommitTime
-	if deleted {
+	if deleted || reload {
+		// A body the event left out (too long to carry) is read from the row by the next
+		// reader: dropping the entry wakes every waiter, which loads it again.
 		v.dropLocked(e)
 		return
 	}

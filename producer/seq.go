@@ -82,6 +82,14 @@ type text16 struct {
 // append adds s, which must be valid UTF-8, and returns its UTF-16 length.
 func (t *text16) append(s string) Seq {
 	start := len(t.b)
+	if need := start + len(s); need > cap(t.b) {
+		// Double, as append does only for small slices: past 256 bytes it grows by about a
+		// quarter, and a long answer arriving in pieces would reallocate (and leave behind)
+		// about five times its size on the way.
+		b := make([]byte, start, max(need, 2*cap(t.b)))
+		copy(b, t.b)
+		t.b = b
+	}
 	t.b = append(t.b, s...)
 	return t.index(start)
 }
