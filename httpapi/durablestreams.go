@@ -276,16 +276,25 @@ func (s *Server) serveStreams(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	c, err := s.claims(eventsAuth(r))
+	ah := eventsAuth(r)
+	c, err := s.caller(ah.Authorization, ah.Tenant)
 	if err != nil {
 		writeProblem(w, err)
 		return
 	}
-	write := r.Method == http.MethodPut || r.Method == http.MethodPost || r.Method == http.MethodDelete
-	if write && !c.has(ProducerScope) {
+	switch {
+	case !c.mayTouch(path):
+		// As a missing stream answers: a narrowed token learns nothing of other paths.
+		streamProblem(w, http.StatusNotFound, "no such stream")
+		return
+	case r.Method == http.MethodDelete && !c.p.Has(AdminScope):
+		writeProblem(w, huma.Error403Forbidden("deleting a stream needs the admin scope"))
+		return
+	case (r.Method == http.MethodPut || r.Method == http.MethodPost) && !c.producer():
 		writeProblem(w, huma.Error403Forbidden("writing a stream needs the producer scope"))
 		return
 	}
+	path = c.key(path)
 	switch r.Method {
 	case http.MethodPut:
 		s.streamCreate(w, r, path, c)
@@ -341,9 +350,9 @@ func (s *Server) streamError(w http.ResponseWriter, op string, err error) {
 	}
 }
 
-// mayRead: the stream's owner, or the producer scope.
-func mayRead(c *Claims, m checkpoint.StreamMeta) bool {
-	return c.has(ProducerScope) || (m.Owner != "" && m.Owner == c.Subject)
+// mayRead: the stream's owner, or a producer (in the caller's tenant: path is its key).
+func mayRead(c *who, m checkpoint.StreamMeta) bool {
+	return c.producer() || (m.Owner != "" && m.Owner == c.p.Subject)
 }
 
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {

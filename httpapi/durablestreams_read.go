@@ -29,7 +29,7 @@ func metaHeaders(h http.Header, m checkpoint.StreamMeta) {
 	}
 }
 
-func (s *Server) streamHead(w http.ResponseWriter, r *http.Request, path string, c *Claims) {
+func (s *Server) streamHead(w http.ResponseWriter, r *http.Request, path string, c *who) {
 	m, err := s.cfg.Streams.Head(r.Context(), path)
 	if err == nil && !mayRead(c, m) {
 		err = checkpoint.ErrStreamNotFound
@@ -49,7 +49,7 @@ func (s *Server) streamHead(w http.ResponseWriter, r *http.Request, path string,
 }
 
 // streamRead serves catch-up, long-poll and SSE reads.
-func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string, c *Claims) {
+func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string, c *who) {
 	q := r.URL.Query()
 	raw, present := q.Get("offset"), q.Has("offset")
 	from, now, err := parseOffset(raw, present)
@@ -82,7 +82,7 @@ func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string,
 		return
 	}
 	if live != "" {
-		release, err := s.waiting.acquire(c.Subject)
+		release, err := s.waiting.acquire(c.subject())
 		if err != nil {
 			writeProblem(w, err)
 			return

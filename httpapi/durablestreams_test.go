@@ -128,9 +128,11 @@ func TestStreamsProtocolRoundTrip(t *testing.T) {
 	require.Equal(t, "true", r.h.Get("Stream-Closed"), "EOF: an empty read at the end of a closed stream")
 	require.NotEqual(t, etag, c.ds("GET", p+"?offset=-1", prod, nil, "").h.Get("ETag"), "the ETag changes with closure")
 
-	require.Equal(t, http.StatusNoContent, c.ds("DELETE", p, prod, nil, "").status)
+	require.Equal(t, http.StatusForbidden, c.ds("DELETE", p, prod, nil, "").status, "deleting needs the admin scope")
+	admin := token(t, "ops", "admin")
+	require.Equal(t, http.StatusNoContent, c.ds("DELETE", p, admin, nil, "").status)
 	require.Equal(t, http.StatusNotFound, c.ds("GET", p, prod, nil, "").status)
-	require.Equal(t, http.StatusNotFound, c.ds("DELETE", p, prod, nil, "").status)
+	require.Equal(t, http.StatusNotFound, c.ds("DELETE", p, admin, nil, "").status)
 }
 
 func TestStreamsIdempotentProducer(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 // The protocol's writes: create (PUT), append (POST, with idempotent producers), delete.
 
-func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path string, c *Claims) {
+func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path string, c *who) {
 	if r.Header.Get("Stream-Forked-From") != "" {
 		streamProblem(w, http.StatusNotImplemented, "forks are not implemented")
 		return
@@ -29,7 +29,7 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 		streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %q is not a media type: %v", ct, err))
 		return
 	}
-	in := checkpoint.CreateStream{Path: path, Owner: c.Subject, ContentType: ct, Closed: closedHeader(r), SameType: sameType}
+	in := checkpoint.CreateStream{Path: path, Owner: c.p.Subject, ContentType: ct, Closed: closedHeader(r), SameType: sameType}
 	ttl, exp := r.Header.Get(hTTL), r.Header.Get(hExpiresAt)
 	if ttl != "" && exp != "" {
 		streamProblem(w, http.StatusBadRequest, "Stream-TTL and Stream-Expires-At exclude each other")

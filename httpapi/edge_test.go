@@ -221,7 +221,7 @@ func TestProtocolIncarnationsAndBoundedHeaders(t *testing.T) {
 	tag := first.h.Get("ETag")
 	require.NotEmpty(t, tag)
 	require.Equal(t, http.StatusNotModified, c.ds("GET", "/v1/stream/e?offset=0000000000000000", prod, http.Header{"If-None-Match": {tag}}, "").status)
-	require.Equal(t, http.StatusNoContent, c.ds("DELETE", "/v1/stream/e", prod, nil, "").status)
+	require.Equal(t, http.StatusNoContent, c.ds("DELETE", "/v1/stream/e", token(t, "ops", "admin"), nil, "").status)
 	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/e", prod, text("text/plain"), "same").status)
 	again := c.ds("GET", "/v1/stream/e?offset=0000000000000000", prod, http.Header{"If-None-Match": {tag}}, "")
 	require.Equal(t, http.StatusOK, again.status, "the old incarnation's tag does not match the new stream")

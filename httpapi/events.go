@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 
@@ -115,12 +116,12 @@ func (s *Server) registerEvents() {
 			writeProblem(w, huma.Error400BadRequest(err.Error()))
 			return
 		}
-		if r.Header.Get("Last-Event-ID") != "" && s.sealedBy(r, id, from) {
+		if r.Header.Get("Last-Event-ID") != "" && s.sealedBy(r, a.key, from) {
 			// The HTML spec: a 204 stops an EventSource from reconnecting.
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		release, err := s.waiting.acquire(a.subject)
+		release, err := s.waiting.acquire(a.subject())
 		if err != nil {
 			writeProblem(w, err)
 			return
@@ -129,12 +130,16 @@ func (s *Server) registerEvents() {
 		if a.host != "" {
 			w.Header().Set(HostHeader, a.host)
 		}
-		j, err := Join(r.Context(), s.cfg.View, s.cfg.Plane, nil, id, from)
+		j, err := Join(r.Context(), s.cfg.View, s.cfg.Plane, nil, a.key, from)
 		if err != nil {
 			writeProblem(w, s.viewError(err))
 			return
 		}
-		if err := producer.WriteSSE(r.Context(), w, j, s.cfg.SSE); err != nil && r.Context().Err() == nil {
+		var src producer.FrameReader = j
+		if a.key != id {
+			src = renamed{FrameReader: j, id: id}
+		}
+		if err := producer.WriteSSE(r.Context(), w, src, s.cfg.SSE); err != nil && r.Context().Err() == nil {
 			s.cfg.Logger.Debug("sse: stream ended", "stream", id, "err", err)
 		}
 	})
@@ -152,14 +157,35 @@ func (s *Server) sealedBy(r *http.Request, id string, from producer.Seq) bool {
 	return err == nil && m.Status.Terminal() && from >= m.Seq
 }
 
-// eventsAuth is the Authorization header, or else the access_token query parameter: a
-// browser's EventSource cannot set headers. The event stream and the protocol's routes use it.
-func eventsAuth(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
+// headerAuth is a request's Authorization and TenantHeader.
+func headerAuth(r *http.Request) AuthHeader {
+	return AuthHeader{Authorization: r.Header.Get("Authorization"), Tenant: r.Header.Get(TenantHeader)}
+}
+
+// eventsAuth is headerAuth, or else, on GET and HEAD only, the access_token query parameter: a
+// browser's EventSource cannot set headers. A token in a URL ends up in logs and histories, so
+// no write takes one. The event stream and the protocol's reads use it.
+func eventsAuth(r *http.Request) AuthHeader {
+	h := headerAuth(r)
+	if h.Authorization != "" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
 		return h
 	}
 	if tok := r.URL.Query().Get("access_token"); tok != "" {
-		return "Bearer " + tok
+		h.Authorization = "Bearer " + tok
 	}
-	return ""
+	return h
+}
+
+// renamed gives a tenant's reader its own id in the open frame, not the stores' key.
+type renamed struct {
+	producer.FrameReader
+	id string
+}
+
+func (r renamed) Next(ctx context.Context) (producer.Frame, error) {
+	f, err := r.FrameReader.Next(ctx)
+	if f.Type == producer.FrameOpen {
+		f.StreamID = r.id
+	}
+	return f, err
 }

@@ -50,7 +50,8 @@ func (s *Server) registerIngest() {
 		},
 	})
 	s.mux.HandleFunc("POST "+path, func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.producer(r.Header.Get("Authorization")); err != nil {
+		who, err := s.producer(headerAuth(r), r.PathValue("id"))
+		if err != nil {
 			writeProblem(w, err)
 			return
 		}
@@ -64,7 +65,7 @@ func (s *Server) registerIngest() {
 			writeProblem(w, err)
 			return
 		}
-		st, err := s.hosted(r.PathValue("id"))
+		st, err := s.hosted(who.key(r.PathValue("id")), r.PathValue("id"))
 		if err != nil {
 			writeProblem(w, err)
 			return
@@ -78,11 +79,11 @@ func (s *Server) registerIngest() {
 			}
 			at = &v
 		}
-		s.ingest(w, r, st, at)
+		s.ingest(w, r, st, r.PathValue("id"), at)
 	})
 }
 
-func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.LiveStream, at *producer.Seq) {
+func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.LiveStream, id string, at *producer.Seq) {
 	// A reader's cancel ends the request: the read in progress is cut short by a deadline. Until
 	// then the deadline rolls: each read may wait IngestIdleTimeout for the client's next bytes,
 	// so a stream lasts as long as its producer keeps sending, and a stalled client lets go.
@@ -130,7 +131,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 		}
 		if errors.Is(rerr, os.ErrDeadlineExceeded) {
 			if err := st.Refusal(); err != nil {
-				writeProblem(w, s.producerError(st.ID(), "the text could not be pushed", err))
+				writeProblem(w, s.producerError(st.ID(), id, "the text could not be pushed", err))
 				return
 			}
 		}
@@ -158,7 +159,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, st *producer.Liv
 				return
 			}
 			if err != nil {
-				writeProblem(w, s.producerError(st.ID(), "the text could not be pushed", err))
+				writeProblem(w, s.producerError(st.ID(), id, "the text could not be pushed", err))
 				return
 			}
 			applied += took

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -74,7 +75,8 @@ func (s *Server) registerProducerRoutes() {
 			AuthHeader
 			Body createBody
 		}) (*createOutput, error) {
-			if _, err := s.producer(in.Authorization); err != nil {
+			w, err := s.producer(in.AuthHeader, in.Body.ID)
+			if err != nil {
 				return nil, err
 			}
 			for field, v := range map[string]string{"id": in.Body.ID, "owner": in.Body.Owner, "chatId": in.Body.ChatID, "role": in.Body.Role} {
@@ -86,7 +88,7 @@ func (s *Server) registerProducerRoutes() {
 			if id == "" {
 				id = fmt.Sprintf("msg-%d", time.Now().UnixNano())
 			}
-			created, err := s.cfg.Messages.Create(ctx, checkpoint.NewMessage{ID: id, Owner: in.Body.Owner, Chat: in.Body.ChatID, Role: in.Body.Role})
+			created, err := s.cfg.Messages.Create(ctx, checkpoint.NewMessage{ID: w.key(id), Owner: in.Body.Owner, Chat: in.Body.ChatID, Role: in.Body.Role})
 			if err != nil {
 				return nil, s.unavailable("create message", err)
 			}
@@ -102,23 +104,25 @@ func (s *Server) registerProducerRoutes() {
 		Summary: "Open a stream on this instance", Security: security(),
 		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusServiceUnavailable}},
 		func(ctx context.Context, in *StreamPath) (*stateOutput, error) {
-			if _, err := s.producer(in.Authorization); err != nil {
+			w, err := s.producer(in.AuthHeader, in.ID)
+			if err != nil {
 				return nil, err
 			}
+			key := w.key(in.ID)
 			// The owner travels with the live stream, so its readers are authorized from memory.
-			m, err := s.cfg.Messages.Lookup(ctx, in.ID)
+			m, err := s.cfg.Messages.Lookup(ctx, key)
 			if errors.Is(err, checkpoint.ErrNoMessage) {
 				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s: open refused: no message row: create it first", in.ID))
 			} else if err != nil {
 				return nil, s.unavailable("open", err)
 			}
 			meta := &streamMeta{owner: m.Owner}
-			st, err := s.cfg.Plane.Open(ctx, producer.OpenStreamInput{StreamID: in.ID, Meta: meta})
+			st, err := s.cfg.Plane.Open(ctx, producer.OpenStreamInput{StreamID: key, Meta: meta})
 			if errors.Is(err, producer.ErrOpenRefused) {
-				return nil, huma.Error409Conflict(err.Error())
+				return nil, huma.Error409Conflict(tellable(err, key, in.ID))
 			}
 			if err != nil {
-				return nil, s.producerError(in.ID, "the stream could not be opened", err)
+				return nil, s.producerError(key, in.ID, "the stream could not be opened", err)
 			}
 			return &stateOutput{Body: stateOf(st)}, nil
 		})
@@ -133,19 +137,21 @@ func (s *Server) registerProducerRoutes() {
 			StreamPath
 			Body appendBody
 		}) (*appendOutput, error) {
-			if _, err := s.producer(in.Authorization); err != nil {
+			w, err := s.producer(in.AuthHeader, in.ID)
+			if err != nil {
 				return nil, err
 			}
 			if in.Body.Text.bad != "" {
 				return nil, huma.Error400BadRequest(in.Body.Text.bad + ": nothing was pushed")
 			}
-			st, err := s.hosted(in.ID)
+			key := w.key(in.ID)
+			st, err := s.hosted(key, in.ID)
 			if err != nil {
 				return nil, err
 			}
 			applied, err := push(ctx, st, in.Body.ExpectedSeq, in.Body.Text.s)
 			if err != nil {
-				return nil, s.producerError(in.ID, "the text could not be pushed", err)
+				return nil, s.producerError(key, in.ID, "the text could not be pushed", err)
 			}
 			return &appendOutput{Body: AppendResult{StreamState: stateOf(st), Applied: applied}}, nil
 		})
@@ -154,15 +160,17 @@ func (s *Server) registerProducerRoutes() {
 		Summary: "Return once everything produced is durable", Security: security(),
 		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}},
 		func(ctx context.Context, in *StreamPath) (*stateOutput, error) {
-			if _, err := s.producer(in.Authorization); err != nil {
+			w, err := s.producer(in.AuthHeader, in.ID)
+			if err != nil {
 				return nil, err
 			}
-			st, err := s.hosted(in.ID)
+			key := w.key(in.ID)
+			st, err := s.hosted(key, in.ID)
 			if err != nil {
 				return nil, err
 			}
 			if _, err := st.Flush(ctx); err != nil {
-				return nil, s.producerError(in.ID, "the produced text is not durable", err)
+				return nil, s.producerError(key, in.ID, "the produced text is not durable", err)
 			}
 			return &stateOutput{Body: stateOf(st)}, nil
 		})
@@ -176,10 +184,12 @@ func (s *Server) registerProducerRoutes() {
 			StreamPath
 			Body *closeBody `required:"false"`
 		}) (*stateOutput, error) {
-			if _, err := s.producer(in.Authorization); err != nil {
+			w, err := s.producer(in.AuthHeader, in.ID)
+			if err != nil {
 				return nil, err
 			}
-			st, err := s.hosted(in.ID)
+			key := w.key(in.ID)
+			st, err := s.hosted(key, in.ID)
 			if err != nil {
 				return nil, err
 			}
@@ -190,7 +200,7 @@ func (s *Server) registerProducerRoutes() {
 				err = st.Close(ctx)
 			}
 			if err != nil {
-				return nil, s.producerError(in.ID, "the seal has not committed yet; this instance retries it until it does (POST close again to wait for it)", err)
+				return nil, s.producerError(key, in.ID, "the seal has not committed yet; this instance retries it until it does (POST close again to wait for it)", err)
 			}
 			return &stateOutput{Body: stateOf(st)}, nil
 		})
@@ -211,8 +221,8 @@ func push(ctx context.Context, st *producer.LiveStream, at *producer.Seq, text s
 }
 
 // hosted finds a stream open on this instance. For producers existence is not a secret: 404.
-func (s *Server) hosted(id string) (*producer.LiveStream, error) {
-	st, ok := s.cfg.Plane.Stream(id)
+func (s *Server) hosted(key, id string) (*producer.LiveStream, error) {
+	st, ok := s.cfg.Plane.Stream(key)
 	if !ok {
 		return nil, huma.Error404NotFound(fmt.Sprintf("stream %s is not open on this instance", id))
 	}
@@ -253,7 +263,16 @@ func seqOf(p *producer.Plane, id string) producer.Seq {
 // request cannot help. A suspended host (its lease could not be renewed) is 503 with
 // Retry-After: nothing was taken, and the same request may succeed shortly. A durability
 // shortfall is 503 with what the store holds.
-func (s *Server) producerError(id, what string, err error) error {
+// tellable is err's text with the stores' key put back as the caller's id.
+func tellable(err error, key, id string) string {
+	if key == id {
+		return err.Error()
+	}
+	return strings.ReplaceAll(err.Error(), key, id)
+}
+
+// producerError answers a producer route's failure on the stream key (the caller's id).
+func (s *Server) producerError(key, id, what string, err error) error {
 	var fence *producer.FencedError
 	var oc *producer.OffsetConflictError
 	var nd *producer.NotDurableError
@@ -263,11 +282,11 @@ func (s *Server) producerError(id, what string, err error) error {
 	case errors.As(err, &oc):
 		return conflict(fmt.Sprintf("stream %s: this text cannot start at %d: %s; nothing was pushed", id, oc.At, oc.Reason), oc.Seq, false)
 	case errors.Is(err, producer.ErrInvalidText):
-		return huma.Error400BadRequest(fmt.Sprintf("%v: nothing was pushed", err))
+		return huma.Error400BadRequest(tellable(err, key, id) + ": nothing was pushed")
 	case errors.Is(err, producer.ErrPermanent):
-		return conflict(fmt.Sprintf("stream %s ended in error: the database refused its text for good (%v); it was sealed with what was durable", id, err), seqOf(s.cfg.Plane, id), false)
+		return conflict(fmt.Sprintf("stream %s ended in error: the database refused its text for good (%s); it was sealed with what was durable", id, tellable(err, key, id)), seqOf(s.cfg.Plane, key), false)
 	case errors.Is(err, producer.ErrCancelled):
-		return conflict(fmt.Sprintf("stream %s was cancelled by a reader: nothing more is taken; close it", id), seqOf(s.cfg.Plane, id), true)
+		return conflict(fmt.Sprintf("stream %s was cancelled by a reader: nothing more is taken; close it", id), seqOf(s.cfg.Plane, key), true)
 	case errors.Is(err, producer.ErrSuspended):
 		return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("stream %s: this instance cannot confirm its lease on the database right now, so it takes no text; nothing of this request was taken: retry", id)),
 			http.Header{"Retry-After": {retryAfter}})
@@ -277,6 +296,6 @@ func (s *Server) producerError(id, what string, err error) error {
 	case errors.Is(err, producer.ErrClosed):
 		return huma.Error409Conflict(fmt.Sprintf("stream %s is sealed", id))
 	}
-	s.cfg.Logger.Warn("producer route failed", "stream", id, "err", err)
+	s.cfg.Logger.Warn("producer route failed", "stream", key, "err", err)
 	return huma.Error503ServiceUnavailable(what)
 }

@@ -45,14 +45,15 @@ func (s *Server) registerReaderRoutes() {
 		Security:    security(), DefaultStatus: http.StatusAccepted,
 		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusServiceUnavailable}},
 		func(ctx context.Context, in *StreamPath) (*cancelOutput, error) {
-			if _, err := s.reader(ctx, in.Authorization, in.ID); err != nil {
+			a, err := s.reader(ctx, in.AuthHeader, in.ID)
+			if err != nil {
 				return nil, err
 			}
-			st, local := s.cfg.Plane.Stream(in.ID)
+			st, local := s.cfg.Plane.Stream(a.key)
 			if local && st.Ended() {
 				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s is sealed: there is nothing to cancel", in.ID))
 			}
-			requested, err := s.cfg.Messages.RequestCancel(ctx, in.ID)
+			requested, err := s.cfg.Messages.RequestCancel(ctx, a.key)
 			switch {
 			case err == nil && !requested, errors.Is(err, checkpoint.ErrNoMessage):
 				return nil, huma.Error409Conflict(fmt.Sprintf("stream %s is sealed: there is nothing to cancel", in.ID))
@@ -83,15 +84,16 @@ func (s *Server) registerReaderRoutes() {
 			After producer.Seq `query:"after" minimum:"0" doc:"Wait until the durable length passes this offset (UTF-16 code units)."`
 			Wait  string       `query:"wait" pattern:"^[0-9]+(\\.[0-9]+)?(ms|s|m)$" example:"30s" doc:"How long to wait, as a duration such as 30s or 500ms; capped by the server."`
 		}) (*viewOutput, error) {
-			if _, err := s.reader(ctx, in.Authorization, in.ID); err != nil {
+			a, err := s.reader(ctx, in.AuthHeader, in.ID)
+			if err != nil {
 				return nil, err
 			}
-			m, err := s.longPoll(ctx, in.ID, in.After, in.Wait)
+			m, err := s.longPoll(ctx, a.key, in.After, in.Wait)
 			if err != nil {
 				return nil, err
 			}
 			out := &viewOutput{}
-			out.Body.ID, out.Body.Text, out.Body.Seq = m.ID, m.Text, int64(m.Seq)
+			out.Body.ID, out.Body.Text, out.Body.Seq = in.ID, m.Text, int64(m.Seq)
 			out.Body.Status, out.Body.Error, out.Body.UpdatedAt = m.Status, m.Error, m.UpdatedAt
 			return out, nil
 		})

@@ -13,10 +13,10 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/golang-jwt/jwt/v5"
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/cors"
 
+	"github.com/rindle-sh/rindle-go/auth"
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -26,7 +26,14 @@ const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultMaxWait        = 60 * time.Second
 	DefaultMaxIngestBytes = 64 << 20
-	ProducerScope         = "producer"
+	// ProducerScope grants, within the token's tenant, creating, opening, appending to and
+	// closing streams, and reading any of them.
+	ProducerScope = auth.ProducerScope
+	// AdminScope grants what ProducerScope does, deleting protocol streams, and acting in
+	// another tenant (TenantHeader).
+	AdminScope = auth.AdminScope
+	// TenantHeader names the tenant an admin token acts in; other tokens may not send it.
+	TenantHeader = "Rindle-Tenant"
 )
 
 // Config configures a Server.
@@ -38,7 +45,10 @@ type Config struct {
 	// Messages creates message rows, reads their owners and sets cancel flags, in the app's
 	// table mapping: a *checkpoint.Catalog. Required.
 	Messages Messages
-	// Secret verifies HS256 bearer tokens. Required, at least 32 bytes.
+	// Verifier verifies bearer tokens (an *auth.Verifier with the deployment's issuers).
+	// Optional: without it, Secret's tokens (auth.LocalIssuer) are the only ones taken.
+	Verifier TokenVerifier
+	// Secret verifies HS256 bearer tokens when Verifier is nil. At least 32 bytes then.
 	Secret []byte
 	// MaxBodyBytes bounds a request body. Defaults to DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -103,11 +113,17 @@ type Messages interface {
 
 var _ Messages = (*checkpoint.Catalog)(nil)
 
+// TokenVerifier verifies a bearer token's text: *auth.Verifier.
+type TokenVerifier interface {
+	Verify(token string) (*auth.Principal, error)
+}
+
+var _ TokenVerifier = (*auth.Verifier)(nil)
+
 // Server is the HTTP API.
 type Server struct {
 	cfg           Config
-	now           func() time.Time // token validity's clock (tests set it)
-	tokens        *lru.Cache[string, *Claims]
+	now           func() time.Time // token validity's clock (tests set it), for the Secret's verifier
 	streamChanges changes
 	waiting       *waiters
 	api           huma.API
@@ -115,32 +131,14 @@ type Server struct {
 	handler       http.Handler
 }
 
-// Claims are the bearer token's claims: the subject (a reader reads only messages whose owner it
-// is) and a space-separated scope (ProducerScope grants the producer routes).
-type Claims struct {
-	Scope string `json:"scope,omitempty"`
-	jwt.RegisteredClaims
-}
+// Claims are the claims of a token signed with the Secret (NewToken).
+type Claims = auth.TokenClaims
 
 // NewToken signs an HS256 bearer token for subject with scope (space-separated, may be empty),
-// valid for ttl: what `rindled token` prints and what the demo hands its page.
+// valid for ttl, in the default tenant: what `rindled token` prints and what the demo hands
+// its page. auth.Sign makes tokens for a tenant or narrowed to one stream.
 func NewToken(secret []byte, subject, scope string, ttl time.Duration) (string, error) {
-	if subject == "" {
-		return "", errors.New("httpapi: a token needs a subject")
-	}
-	now := time.Now()
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, Claims{Scope: scope, RegisteredClaims: jwt.RegisteredClaims{
-		Subject: subject, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
-	}}).SignedString(secret)
-}
-
-func (c *Claims) has(scope string) bool {
-	for _, s := range strings.Fields(c.Scope) {
-		if s == scope {
-			return true
-		}
-	}
-	return false
+	return auth.Sign(secret, Claims{Scope: scope, RegisteredClaims: jwt.RegisteredClaims{Subject: subject}}, ttl)
 }
 
 // New validates cfg and registers the routes.
@@ -152,8 +150,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, &ConfigError{Field: "View", Reason: "is required"}
 	case cfg.Messages == nil:
 		return nil, &ConfigError{Field: "Messages", Reason: "is required (a *checkpoint.Catalog)"}
-	case len(cfg.Secret) < 32:
-		return nil, &ConfigError{Field: "Secret", Reason: "must be at least 32 bytes"}
+	case cfg.Verifier == nil && len(cfg.Secret) < 32:
+		return nil, &ConfigError{Field: "Secret", Reason: "must be at least 32 bytes (or set Verifier)"}
 	case cfg.MaxBodyBytes < 0:
 		return nil, &ConfigError{Field: "MaxBodyBytes", Reason: "must not be negative"}
 	case cfg.MaxIngestBytes < 0:
@@ -209,12 +207,16 @@ func New(cfg Config) (*Server, error) {
 			*d.v = d.def
 		}
 	}
-	tokens, err := lru.New[string, *Claims](tokenCacheSize)
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), now: time.Now, tokens: tokens,
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), now: time.Now,
 		waiting: &waiters{perSubject: map[string]int{}, max: cfg.MaxEventStreams, each: cfg.MaxEventStreamsPerSubject}}
+	if s.cfg.Verifier == nil {
+		v, err := auth.New(context.Background(), auth.Config{Issuers: []auth.Issuer{auth.LocalIssuer(cfg.Secret)},
+			Now: func() time.Time { return s.now() }})
+		if err != nil {
+			return nil, err
+		}
+		s.cfg.Verifier = v
+	}
 	hc := huma.DefaultConfig("Rindle streams", "1.0.0")
 	hc.Info.Description = "Durable, resumable language-model answers: every delta fanned out live, checkpointed into Postgres, one offset (`seq`, in UTF-16 code units) across both."
 	hc.Info.License = &huma.License{Name: "Apache-2.0", URL: "https://www.apache.org/licenses/LICENSE-2.0"}
@@ -242,7 +244,7 @@ func New(cfg Config) (*Server, error) {
 		h = cors.New(cors.Options{
 			AllowedOrigins: cfg.AllowedOrigins,
 			AllowedMethods: []string{http.MethodGet, http.MethodPost, http.MethodHead, http.MethodPut, http.MethodDelete},
-			AllowedHeaders: []string{"Authorization", "Content-Type", "Last-Event-ID", hSeq, hTTL, hExpiresAt, hClosed,
+			AllowedHeaders: []string{"Authorization", TenantHeader, "Content-Type", "Last-Event-ID", hSeq, hTTL, hExpiresAt, hClosed,
 				hProducerID, hProducerEpoch, hProducerSeq, "If-None-Match"},
 			// What clients read from answers: the producing instance, when to retry, why a
 			// token was refused, and the Durable Streams protocol's headers.
@@ -304,51 +306,60 @@ func unauthorized(detail, code string) error {
 	return huma.ErrorWithHeaders(huma.Error401Unauthorized(detail), http.Header{"WWW-Authenticate": {challenge}})
 }
 
-// tokenCacheSize bounds the verified tokens claims keeps.
-const tokenCacheSize = 4096
+// who is a verified caller and the tenant it acts in.
+type who struct {
+	p      *auth.Principal
+	tenant string
+}
 
-// claims verifies a bearer token. A token verified once is remembered (by its whole text,
-// signature included) until it expires or is evicted, so a herd of joins or reconnects with the
-// same token does not parse and verify it again each time: its expiry and not-before are still
-// checked on every use. Only tokens that verified are kept; a refused one is parsed every time.
-func (s *Server) claims(header string) (*Claims, error) {
-	raw, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || raw == "" {
+// key is the stores' key for the caller's id (auth.Key).
+func (w *who) key(id string) string { return auth.Key(w.tenant, id) }
+
+// subject keys per-subject limits: a subject is unique within its tenant only.
+func (w *who) subject() string { return auth.Key(w.tenant, w.p.Subject) }
+
+func (w *who) producer() bool { return w.p.Has(ProducerScope) || w.p.Has(AdminScope) }
+
+// mayTouch: a token narrowed to one stream touches only that one.
+func (w *who) mayTouch(id string) bool { return w.p.Stream == "" || w.p.Stream == id }
+
+// caller verifies the Authorization header ("Bearer" in any case, as RFC 6750 allows) and
+// settles the tenant: the token's, or TenantHeader's for an admin.
+func (s *Server) caller(authorization, tenant string) (*who, error) {
+	scheme, raw, _ := strings.Cut(authorization, " ")
+	if !strings.EqualFold(scheme, "Bearer") || raw == "" {
 		return nil, unauthorized("a bearer token is required", "")
 	}
-	now := s.now()
-	if c, ok := s.tokens.Get(raw); ok {
-		if now.Before(c.ExpiresAt.Time) && (c.NotBefore == nil || !now.Before(c.NotBefore.Time)) {
-			return c, nil
-		}
-		s.tokens.Remove(raw)
-	}
-	var c Claims
-	_, err := jwt.ParseWithClaims(raw, &c, func(*jwt.Token) (any, error) { return s.cfg.Secret, nil },
-		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(), jwt.WithTimeFunc(s.now))
+	p, err := s.cfg.Verifier.Verify(strings.TrimSpace(raw))
 	if err != nil {
 		return nil, unauthorized("the bearer token is invalid: "+err.Error(), "invalid_token")
 	}
-	if c.Subject == "" {
-		return nil, unauthorized("the bearer token has no subject", "invalid_token")
+	w := &who{p: p, tenant: p.Tenant}
+	if tenant != "" {
+		if !p.Has(AdminScope) {
+			return nil, huma.Error403Forbidden("only an admin token may name a tenant (" + TenantHeader + ")")
+		}
+		if err := auth.CheckTenant(tenant); err != nil {
+			return nil, huma.Error400BadRequest(TenantHeader + " " + err.Error())
+		}
+		w.tenant = tenant
 	}
-	if unstorable("sub", c.Subject) != nil {
-		// The subject is stored as an owner and compared with stored owners.
-		return nil, unauthorized("the bearer token's subject holds U+0000 or is not valid UTF-8", "invalid_token")
-	}
-	s.tokens.Add(raw, &c)
-	return &c, nil
+	return w, nil
 }
 
-func (s *Server) producer(header string) (*Claims, error) {
-	c, err := s.claims(header)
+// producer authorizes a producer route on id ("" for none yet).
+func (s *Server) producer(h AuthHeader, id string) (*who, error) {
+	w, err := s.caller(h.Authorization, h.Tenant)
 	if err != nil {
 		return nil, err
 	}
-	if !c.has(ProducerScope) {
+	if !w.producer() {
 		return nil, huma.Error403Forbidden("this route needs the producer scope")
 	}
-	return c, nil
+	if !w.mayTouch(id) {
+		return nil, huma.Error403Forbidden(fmt.Sprintf("this token may touch only stream %q", w.p.Stream))
+	}
+	return w, nil
 }
 
 // unavailable is the 503 for a database failure. The cause is logged here and never sent: it
@@ -365,7 +376,7 @@ func (s *Server) unavailable(op string, err error) error {
 }
 
 // errNoAccess is the one answer to a read that is denied and to a read of an id that does not
-// exist, so ids cannot be probed.
+// exist, in this tenant or at all, so ids cannot be probed.
 func errNoAccess() error { return huma.Error403Forbidden("you may not read this stream") }
 
 // HostHeader names the instance that hosts a live stream (the message's host column) on the
@@ -373,10 +384,11 @@ func errNoAccess() error { return huma.Error403Forbidden("you may not read this 
 // readers to the producing instance, or a client that reconnects there.
 const HostHeader = "Rindle-Host"
 
-// access is an authorized read: where the stream is live, if it is.
+// access is an authorized read: the stores' key, and where the stream is live, if it is.
 type access struct {
-	subject string // the token's subject
-	host    string // set while the message is streaming on a known host
+	*who
+	key  string
+	host string // set while the message is streaming on a known host
 }
 
 // streamMeta is what the open route keeps with a live stream: its owner, so reads of a stream
@@ -385,34 +397,36 @@ type streamMeta struct {
 	owner *string
 }
 
-// reader authorizes a read of id: the owner must be the token's subject (or the token has the
-// producer scope). The owner is looked up before anything reveals whether id exists: in memory
-// for a stream opened here, else in the database.
-func (s *Server) reader(ctx context.Context, header, id string) (*access, error) {
-	c, err := s.claims(header)
+// reader authorizes a read of id: the owner must be the token's subject (or the token may
+// produce), in the caller's tenant. Another tenant's id is another key, which this tenant does
+// not hold: it is answered as a missing id is, by the same path. A granted read of a stream
+// hosted here is decided from memory; every denial reads the row, so a denied live stream and a
+// missing id take the same time.
+func (s *Server) reader(ctx context.Context, h AuthHeader, id string) (*access, error) {
+	w, err := s.caller(h.Authorization, h.Tenant)
 	if err != nil {
 		return nil, err
 	}
-	if st, ok := s.cfg.Plane.Stream(id); ok {
-		if m, ok := st.Meta().(*streamMeta); ok {
-			if !c.has(ProducerScope) && (m.owner == nil || *m.owner != c.Subject) {
-				return nil, errNoAccess()
-			}
-			a := &access{subject: c.Subject}
+	if !w.mayTouch(id) {
+		return nil, errNoAccess()
+	}
+	a := &access{who: w, key: w.key(id)}
+	mine := func(owner *string) bool { return w.producer() || (owner != nil && *owner == w.p.Subject) }
+	if st, ok := s.cfg.Plane.Stream(a.key); ok {
+		if m, ok := st.Meta().(*streamMeta); ok && mine(m.owner) {
 			if !st.Ended() {
 				a.host = s.cfg.HostID
 			}
 			return a, nil
 		}
 	}
-	m, err := s.cfg.Messages.Lookup(ctx, id)
+	m, err := s.cfg.Messages.Lookup(ctx, a.key)
 	switch {
 	case errors.Is(err, checkpoint.ErrNoMessage):
 		return nil, errNoAccess()
 	case err != nil:
 		return nil, s.unavailable("authorize read", err)
-	case c.has(ProducerScope) || (m.Owner != nil && *m.Owner == c.Subject):
-		a := &access{subject: c.Subject}
+	case mine(m.Owner):
 		if m.Host != nil && m.Status == string(producer.StatusStreaming) {
 			a.host = *m.Host
 		}
@@ -425,6 +439,7 @@ func (s *Server) reader(ctx context.Context, header, id string) (*access, error)
 // document, where the bearer security scheme already says it.
 type AuthHeader struct {
 	Authorization string `header:"Authorization" hidden:"true"`
+	Tenant        string `header:"Rindle-Tenant" hidden:"true"`
 }
 
 // StreamPath is a route on one stream.
@@ -433,7 +448,8 @@ type StreamPath struct {
 	ID string `path:"id" minLength:"1" maxLength:"200" doc:"The message id, which is the stream id."`
 }
 
-// Resolve refuses an id PostgreSQL cannot store with 400, before any route reads the database.
+// Resolve refuses an id PostgreSQL cannot store, or holding the tenant separator, with 400,
+// before any route reads the database.
 func (p *StreamPath) Resolve(huma.Context) []error {
 	if err := unstorable("the stream id", p.ID); err != nil {
 		return []error{err}

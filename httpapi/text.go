@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/rindle-sh/rindle-go/auth"
 )
 
 // jsonText is a JSON string field that remembers why its raw form was not text: encoding/json
@@ -87,6 +89,8 @@ func unstorable(field, v string) error {
 		return huma.Error400BadRequest(field + " is not valid UTF-8")
 	case strings.IndexByte(v, 0) >= 0:
 		return huma.Error400BadRequest(field + " holds U+0000 (NUL), which PostgreSQL cannot store")
+	case strings.Contains(v, auth.TenantSeparator):
+		return huma.Error400BadRequest(field + " holds U+001F, which separates tenants in the stores' keys")
 	}
 	return nil
 }

@@ -176,13 +176,14 @@ type Instruments struct {
 	liveStreams        metric.Int64UpDownCounter
 	subscribers        metric.Int64UpDownCounter
 	staleDrops         metric.Int64Counter
+	keyFetchFailures   metric.Int64Counter
 }
 
 // NewInstruments creates the instruments on mp and a tracer on tp.
 func NewInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*Instruments, error) {
 	m := mp.Meter(ScopeName)
 	i := &Instruments{tracer: tp.Tracer(ScopeName), meter: m}
-	var errs [8]error
+	var errs [9]error
 	i.durabilityLag, errs[0] = m.Float64Histogram("rindle.durability.lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a character's production to the store confirming it (the oldest character of each checkpoint)."),
 		metric.WithExplicitBucketBoundaries(lagBuckets...))
@@ -200,6 +201,8 @@ func NewInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*Instrume
 		metric.WithDescription("Readers attached to this instance's live streams."))
 	i.staleDrops, errs[7] = m.Int64Counter("rindle.subscribers.stale_drops",
 		metric.WithDescription("Readers dropped with stale for not draining their queue."))
+	i.keyFetchFailures, errs[8] = m.Int64Counter("rindle.auth.key_fetch.failures",
+		metric.WithDescription("Failed fetches of an identity provider's key set (JWKS), by configured issuer name."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("otel: instruments: %w", err)
 	}
@@ -282,6 +285,12 @@ func (i *Instruments) ObserveCheckpoint(info producer.CheckpointInfo) {
 	if info.Lag > 0 {
 		i.durabilityLag.Record(ctx, info.Lag.Seconds(), attrs)
 	}
+}
+
+// ObserveKeyFetchError counts a failed JWKS fetch of the issuer named issuer (a configured
+// name, never one from a request). Use it as auth.Config.OnFetchError.
+func (i *Instruments) ObserveKeyFetchError(issuer string, _ error) {
+	i.keyFetchFailures.Add(context.Background(), 1, metric.WithAttributes(attribute.String("issuer", issuer)))
 }
 
 // ObserveCheckpointError counts a checkpoint that exhausted its retries. Use it inside

@@ -20,8 +20,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rindle-sh/rindle-go/auth"
 	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
@@ -33,7 +36,7 @@ import (
 // settings are every knob, from flags with environment defaults.
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
-	corsOrigins, debugAddr, secretFile, logFormat                           string
+	corsOrigins, debugAddr, secretFile, logFormat, issuersFile              string
 	logLevel                                                                slog.Level
 	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
 	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout          time.Duration
@@ -56,7 +59,7 @@ const usage = `rindled: durable, resumable language-model answers.
 Usage:
   rindled [flags]            serve (the default)
   rindled migrate [flags]    apply the schema migrations and exit
-  rindled token [flags] -sub SUBJECT [-scope producer] [-ttl 24h]
+  rindled token [flags] -sub SUBJECT [-scope producer] [-tenant T] [-stream ID] [-ttl 24h]
                              print a development bearer token
   rindled health [flags] [-url URL]
                              exit 0 if the server at -addr is ready, or URL answers 2xx
@@ -89,6 +92,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (needs wal_level=logical); empty runs a private cluster in -data [DATABASE_URL]")
 	fs.StringVar(&s.dataDir, "data", env("RINDLE_DATA_DIR", ".rindle"), "where the private cluster and the development secret live [RINDLE_DATA_DIR]")
 	fs.StringVar(&s.secret, "jwt-secret", env("RINDLE_JWT_SECRET", ""), "HS256 secret for bearer tokens, 32+ bytes; empty with a private cluster uses one generated in -data [RINDLE_JWT_SECRET]")
+	fs.StringVar(&s.issuersFile, "issuers", env("RINDLE_ISSUERS", ""), "a JSON file of identity providers whose tokens are taken beside the HS256 secret's: JWKS URL or key set, algorithms, audience, claim names (README: Identity providers) [RINDLE_ISSUERS]")
 	fs.StringVar(&s.secretFile, "jwt-secret-file", env("RINDLE_JWT_SECRET_FILE", ""), "read the HS256 secret from this file (a mounted secret); one trailing newline is ignored [RINDLE_JWT_SECRET_FILE]")
 	fs.StringVar(&s.logFormat, "log-format", env("RINDLE_LOG_FORMAT", "text"), "log lines as text (logfmt) or json [RINDLE_LOG_FORMAT]")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "the least severe log lines written: debug, info, warn or error [RINDLE_LOG_LEVEL]")
@@ -218,11 +222,13 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		logger.Info("applied migrations", "versions", fmt.Sprint(applied))
 		return nil
 	case "token":
-		var sub, scope string
+		var sub, scope, tenant, stream string
 		var ttl time.Duration
 		s, err := parse("rindled token", args, getenv, stderr, func(fs *flag.FlagSet) {
 			fs.StringVar(&sub, "sub", "", "the token's subject (a reader reads the messages it owns)")
-			fs.StringVar(&scope, "scope", "", `space-separated scopes ("producer" for the producer routes)`)
+			fs.StringVar(&scope, "scope", "", `space-separated scopes: "producer" for the producer routes, "admin" to delete and to act in any tenant`)
+			fs.StringVar(&tenant, "tenant", "", "the token's tenant (empty: the default tenant)")
+			fs.StringVar(&stream, "stream", "", "narrow the token to this one stream id or protocol path")
 			fs.DurationVar(&ttl, "ttl", 24*time.Hour, "validity")
 		})
 		if err != nil {
@@ -235,7 +241,13 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		if err != nil {
 			return err
 		}
-		tok, err := httpapi.NewToken(secret, sub, scope, ttl)
+		if tenant != "" {
+			if err := auth.CheckTenant(tenant); err != nil {
+				return fmt.Errorf("token: -tenant %w", err)
+			}
+		}
+		tok, err := auth.Sign(secret, auth.TokenClaims{Scope: scope, Tenant: tenant, Stream: stream,
+			RegisteredClaims: jwt.RegisteredClaims{Subject: sub}}, ttl)
 		if err != nil {
 			return err
 		}

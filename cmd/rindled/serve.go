@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rindle-sh/rindle-go/auth"
 	"github.com/rindle-sh/rindle-go/broker"
 	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -29,10 +30,11 @@ import (
 // server is one serving process's parts. Each start step adds what it started to stops;
 // stop undoes them in reverse, so a failure part-way releases exactly what was started.
 type server struct {
-	s      *settings
-	logger *slog.Logger
-	hostID string
-	secret []byte
+	s       *settings
+	logger  *slog.Logger
+	hostID  string
+	secret  []byte
+	issuers []auth.Issuer // the local secret's, then the issuers file's
 
 	url  string
 	pool *pgxpool.Pool
@@ -78,6 +80,14 @@ func (in *server) serve(ctx context.Context) error {
 	var err error
 	if in.secret, err = jwtSecret(s); err != nil {
 		return err
+	}
+	in.issuers = []auth.Issuer{auth.LocalIssuer(in.secret)}
+	if s.issuersFile != "" {
+		more, err := auth.ReadIssuersFile(s.issuersFile, os.Getenv)
+		if err != nil {
+			return err
+		}
+		in.issuers = append(in.issuers, more...)
 	}
 	for _, step := range []func(context.Context) error{
 		in.openDatabase,
@@ -257,8 +267,15 @@ func (in *server) httpHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The verifier's key sets refresh until the server stops.
+	vctx, stopKeys := context.WithCancel(context.Background())
+	in.onStop(stopKeys)
+	verifier, err := auth.New(vctx, auth.Config{Issuers: in.issuers, OnFetchError: in.tel.Instruments.ObserveKeyFetchError, Logger: in.logger})
+	if err != nil {
+		return nil, err
+	}
 	api, err := httpapi.New(httpapi.Config{
-		Plane: in.plane, View: in.view, Messages: in.catalog, Secret: in.secret, Logger: in.logger,
+		Plane: in.plane, View: in.view, Messages: in.catalog, Verifier: verifier, Logger: in.logger,
 		Metrics: in.tel.MetricsHandler, HostID: in.hostID, AllowedOrigins: in.s.origins(), Ready: in.ready,
 		Streams: streams, StreamsLongPoll: in.s.streamsLongPoll,
 		BodyTimeout: in.s.bodyTimeout, IngestIdleTimeout: in.s.ingestIdleTimeout,

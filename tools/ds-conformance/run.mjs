@@ -2,7 +2,7 @@
 // rindled, built from this repository and started on a private PostgreSQL cluster, and prints
 // passed / failed / skipped. Exits non-zero below the floor (--floor N, default 228).
 //
-// Auth stays on in rindled: this harness mints a producer token with `rindled token` and puts a
+// Auth stays on in rindled: this harness mints a producer and admin token (the suite deletes streams) with `rindled token` and puts a
 // small proxy in front that adds it to every request, as an API gateway would.
 //
 //   node run.mjs                 rindled
@@ -32,7 +32,7 @@ const longPollMs = Number(flag("--long-poll-ms", "10000"));
 // them, and mints a producer token.
 export async function rindled(work) {
   const r = await startRindled(work, ["-cors-origins", "*", "-streams-long-poll", `${Math.max(1000, longPollMs - 5000)}ms`]);
-  return { ...r, token: r.token("-sub", "conformance", "-scope", "producer") };
+  return { ...r, token: r.token("-sub", "conformance", "-scope", "producer admin") };
 }
 
 // authProxy forwards every request to target with the bearer token added, streaming both ways.
