@@ -8,7 +8,9 @@ export type Token = string | (() => string | Promise<string>);
 export interface ClientOptions {
   /** rindled's base URL, such as "https://api.example.com" (no trailing slash needed). */
   baseUrl: string;
-  /** The bearer token (a producer needs the producer scope; a reader reads its own messages). */
+  /** The bearer token (a producer needs the producer scope; a reader reads its own messages), or a
+   * getter asked before every request and every reconnect, so an event stream reconnects with a
+   * refreshed token (an identity provider's SDK: () => auth.getAccessToken()). */
   token?: Token;
   /** A fetch to use instead of the global one (tests, proxies, instrumentation). */
   fetch?: typeof fetch;

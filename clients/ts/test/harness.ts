@@ -85,8 +85,8 @@ export class Rindled {
   }
 
   /** A development token signed with the secret in the data directory. */
-  token(sub: string, scope = ""): string {
-    const args = ["token", "-data", this.dataDir, "-sub", sub];
+  token(sub: string, scope = "", ...flags: string[]): string {
+    const args = ["token", "-data", this.dataDir, "-sub", sub, ...flags];
     if (scope) args.push("-scope", scope);
     return execFileSync(rindledBin(), args).toString().trim();
   }

@@ -90,8 +90,15 @@ test("the reader resumes after dropped connections with Last-Event-ID", async ()
   await producer.open();
   let drops = 3;
   const lastEventIds: string[] = [];
+  // The token is a getter, asked on every connection: a refreshed token reaches the reconnect.
+  // Two distinct valid tokens for alice stand for an old and a refreshed one.
+  const fresh = [alice, srv.token("alice", "", "-ttl", "2h")];
+  let asked = 0;
+  const sent: string[] = [];
+  const token = () => fresh[asked++ % 2];
   const flaky: typeof fetch = async (input, init) => {
     const headers = new Headers(init?.headers);
+    if (String(input).includes("/events")) sent.push(headers.get("authorization") ?? "");
     if (headers.has("last-event-id")) lastEventIds.push(headers.get("last-event-id")!);
     const res = await fetch(input, init);
     if (!String(input).includes("/events") || drops <= 0 || !res.body) return res;
@@ -113,7 +120,7 @@ test("the reader resumes after dropped connections with Last-Event-ID", async ()
     });
     return new Response(cut, { status: res.status, headers: res.headers });
   };
-  const reading = readStream({ baseUrl: srv.base, token: alice, streamId: id, fetch: flaky, reconnectDelayMs: 20 });
+  const reading = readStream({ baseUrl: srv.base, token, streamId: id, fetch: flaky, reconnectDelayMs: 20 });
   let produced = "";
   for (let k = 0; k < 80; k++) {
     await producer.append(delta(k));
@@ -126,6 +133,8 @@ test("the reader resumes after dropped connections with Last-Event-ID", async ()
   assert.equal(final.text, produced, "S: nothing lost, nothing doubled across the reconnects");
   assert.ok(final.connections >= 4, `reconnected (${final.connections} connections)`);
   assert.ok(lastEventIds.length >= 3 && lastEventIds.every((v) => /^\d+$/.test(v)), `resumed with Last-Event-ID (${lastEventIds})`);
+  assert.ok(sent.length >= 4 && asked >= sent.length, `the getter was asked for each connection (${asked} for ${sent.length})`);
+  assert.deepEqual([...new Set(sent)].sort(), fresh.map((t) => `Bearer ${t}`).sort(), "the connections carried the getter's tokens, old and refreshed");
 });
 
 test("a reader's cancel stops the producer, which closes as cancelled", async () => {
