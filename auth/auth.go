@@ -215,7 +215,32 @@ func New(ctx context.Context, cfg Config) (*Verifier, error) {
 	return v, nil
 }
 
-func newIssuer(ctx context.Context, ic Issuer, cfg Config, field string) (*issuer, error) {
+// Check validates issuers as New does, without fetching any key set: a program checks its
+// configuration at start, before it opens anything else.
+func Check(issuers []Issuer) error {
+	if len(issuers) == 0 {
+		return &ConfigError{Field: "Issuers", Reason: "at least one issuer is required"}
+	}
+	seen := map[string]bool{}
+	for i, ic := range issuers {
+		field := fmt.Sprintf("Issuers[%d]", i)
+		ic, err := prepare(ic, field)
+		if err != nil {
+			return err
+		}
+		if seen[ic.Issuer] {
+			if ic.Issuer == "" {
+				return &ConfigError{Field: field + ".Issuer", Reason: "only one issuer may take tokens with no iss"}
+			}
+			return &ConfigError{Field: field + ".Issuer", Reason: fmt.Sprintf("%q is configured twice", ic.Issuer)}
+		}
+		seen[ic.Issuer] = true
+	}
+	return nil
+}
+
+// prepare checks one issuer and fills its defaults.
+func prepare(ic Issuer, field string) (Issuer, error) {
 	sources := 0
 	for _, set := range []bool{ic.JWKSURL != "", len(ic.KeySet) > 0, len(ic.Secret) > 0} {
 		if set {
@@ -224,19 +249,19 @@ func newIssuer(ctx context.Context, ic Issuer, cfg Config, field string) (*issue
 	}
 	switch {
 	case sources != 1:
-		return nil, &ConfigError{Field: field, Reason: "set exactly one of jwks_url, key_set and a secret"}
+		return ic, &ConfigError{Field: field, Reason: "set exactly one of jwks_url, key_set and a secret"}
 	case ic.Issuer == "" && len(ic.Secret) == 0:
-		return nil, &ConfigError{Field: field + ".Issuer", Reason: "is required (only a shared-secret issuer may take tokens with no iss)"}
+		return ic, &ConfigError{Field: field + ".Issuer", Reason: "is required (only a shared-secret issuer may take tokens with no iss)"}
 	case len(ic.Secret) > 0 && len(ic.Secret) < 32:
-		return nil, &ConfigError{Field: field + ".Secret", Reason: "must be at least 32 bytes"}
+		return ic, &ConfigError{Field: field + ".Secret", Reason: "must be at least 32 bytes"}
 	case ic.Tenant != "" && ic.Claims.Tenant != "":
-		return nil, &ConfigError{Field: field + ".Tenant", Reason: "a fixed tenant and a tenant claim exclude each other"}
+		return ic, &ConfigError{Field: field + ".Tenant", Reason: "a fixed tenant and a tenant claim exclude each other"}
 	case ic.Leeway < 0 || ic.RefreshInterval < 0 || ic.UnknownKIDInterval < 0 || ic.FetchTimeout < 0:
-		return nil, &ConfigError{Field: field, Reason: "durations must not be negative"}
+		return ic, &ConfigError{Field: field, Reason: "durations must not be negative"}
 	}
 	if ic.Tenant != "" {
 		if err := CheckTenant(ic.Tenant); err != nil {
-			return nil, &ConfigError{Field: field + ".Tenant", Reason: err.Error()}
+			return ic, &ConfigError{Field: field + ".Tenant", Reason: err.Error()}
 		}
 	}
 	if ic.Name == "" {
@@ -262,7 +287,7 @@ func newIssuer(ctx context.Context, ic Issuer, cfg Config, field string) (*issue
 	}
 	if len(ic.Algorithms) == 0 {
 		if len(ic.Secret) == 0 {
-			return nil, &ConfigError{Field: field + ".Algorithms", Reason: "pin the algorithms a key set signs with (RS256, ES256, EdDSA, ...)"}
+			return ic, &ConfigError{Field: field + ".Algorithms", Reason: "pin the algorithms a key set signs with (RS256, ES256, EdDSA, ...)"}
 		}
 		ic.Algorithms = []string{"HS256"}
 	}
@@ -271,11 +296,19 @@ func newIssuer(ctx context.Context, ic Issuer, cfg Config, field string) (*issue
 		_, hmac := m.(*jwt.SigningMethodHMAC)
 		switch {
 		case m == nil || alg == "none":
-			return nil, &ConfigError{Field: field + ".Algorithms", Reason: fmt.Sprintf("%q is not a signature algorithm", alg)}
+			return ic, &ConfigError{Field: field + ".Algorithms", Reason: fmt.Sprintf("%q is not a signature algorithm", alg)}
 		case hmac != (len(ic.Secret) > 0):
 			// A public key taken as an HMAC secret is the classic algorithm confusion.
-			return nil, &ConfigError{Field: field + ".Algorithms", Reason: fmt.Sprintf("%q does not go with this issuer's kind of key (HS* only with a secret)", alg)}
+			return ic, &ConfigError{Field: field + ".Algorithms", Reason: fmt.Sprintf("%q does not go with this issuer's kind of key (HS* only with a secret)", alg)}
 		}
+	}
+	return ic, nil
+}
+
+func newIssuer(ctx context.Context, ic Issuer, cfg Config, field string) (*issuer, error) {
+	ic, err := prepare(ic, field)
+	if err != nil {
+		return nil, err
 	}
 	is := &issuer{cfg: ic}
 	opts := []jwt.ParserOption{jwt.WithValidMethods(ic.Algorithms), jwt.WithExpirationRequired(), jwt.WithLeeway(ic.Leeway),

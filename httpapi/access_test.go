@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/auth"
+	"github.com/rindle-sh/rindle-go/checkpoint"
 )
 
 // tenantToken signs a token of the local issuer in tenant, narrowed to stream when set.
@@ -283,4 +284,36 @@ func TestTokenPlacementAndTenantHeader(t *testing.T) {
 	require.Contains(t, r.body, "U+001F")
 	require.Equal(t, http.StatusBadRequest, c.ds("GET", "/v1/streams/x%1Fy", prod, nil, "").status)
 	require.Equal(t, http.StatusBadRequest, c.ds("GET", "/v1/stream/x%1Fy", prod, nil, "").status)
+}
+
+// Rows written before tenants existed (the last release's, here written as it wrote them, in
+// SQL, and through the protocol store) are the default tenant's: a token without a tenant reads them as before, and no tenant's
+// token sees them. Tenants need no migration: the default tenant's keys are the ids themselves.
+func TestLastReleasesRowsAreTheDefaultTenants(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serveStreams(t, w)
+	ctx := t.Context()
+	_, err := w.db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, body, seq, status) VALUES ('old-1', 'alice', 'from the last release', 21, 'complete')`)
+	require.NoError(t, err)
+	// The protocol store's writes did not change: its own Create writes a last-release stream.
+	streams, err := checkpoint.NewProtocol(w.db.Pool)
+	require.NoError(t, err)
+	_, created, err := streams.Create(ctx, checkpoint.CreateStream{Path: "old/doc", Owner: "alice", ContentType: "text/plain", Text: "doc text",
+		SameType: func(a, b string) bool { return a == b }})
+	require.NoError(t, err)
+	require.True(t, created)
+
+	alice := token(t, "alice", "")
+	r := c.ds("GET", "/v1/streams/old-1", alice, nil, "")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, r.body, `"text":"from the last release"`)
+	require.Contains(t, r.body, `"id":"old-1"`)
+	r = c.ds("GET", "/v1/stream/old/doc?offset=-1", alice, nil, "")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "doc text", r.body)
+
+	tenantAlice := tenantToken(t, "acme", "alice", "", "")
+	require.Equal(t, http.StatusForbidden, c.ds("GET", "/v1/streams/old-1", tenantAlice, nil, "").status)
+	require.Equal(t, http.StatusNotFound, c.ds("GET", "/v1/stream/old/doc?offset=-1", tenantAlice, nil, "").status)
 }

@@ -41,6 +41,7 @@ type settings struct {
 	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
 	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout          time.Duration
 	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject int
+	getenv                                                                  func(string) string // the environment parse read
 }
 
 // DefaultCheckpointChars is rindled's checkpoint size: twice the seed's (producer's) 512. The
@@ -86,7 +87,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 		}
 		return def
 	}
-	s := &settings{}
+	s := &settings{getenv: getenv}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&s.addr, "addr", env("RINDLE_ADDR", "127.0.0.1:8080"), "listen address [RINDLE_ADDR]")
 	fs.StringVar(&s.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (needs wal_level=logical); empty runs a private cluster in -data [DATABASE_URL]")

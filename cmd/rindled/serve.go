@@ -83,11 +83,17 @@ func (in *server) serve(ctx context.Context) error {
 	}
 	in.issuers = []auth.Issuer{auth.LocalIssuer(in.secret)}
 	if s.issuersFile != "" {
-		more, err := auth.ReadIssuersFile(s.issuersFile, os.Getenv)
+		more, err := auth.ReadIssuersFile(s.issuersFile, s.getenv)
 		if err != nil {
 			return err
 		}
+		if err := auth.Check(more); err != nil {
+			return fmt.Errorf("the issuers file %s: %w", s.issuersFile, err)
+		}
 		in.issuers = append(in.issuers, more...)
+	}
+	if err := auth.Check(in.issuers); err != nil {
+		return fmt.Errorf("the issuers file %s beside the HS256 secret: %w", s.issuersFile, err)
 	}
 	for _, step := range []func(context.Context) error{
 		in.openDatabase,
