@@ -78,7 +78,9 @@ func TestJWKSKeysRotate(t *testing.T) {
 			require.Contains(t, refusal(t, v, signedByOld), "key", "key-2 left the set with the refresh for key-3")
 
 			// The provider goes down: a token naming an unknown key is refused, saying the fetch
-			// failed, and the failure is counted; once it is back, the next such token verifies.
+			// failed, and the failure is counted, while tokens of the key already held keep
+			// verifying; once it is back, the next such token verifies.
+			held := idp.Sign(jwt.MapClaims{"sub": "svc6", "aud": "rindle", "org_id": "acme"})
 			idp.Fail(true)
 			idp.Rotate(true)
 			down := idp.Sign(jwt.MapClaims{"sub": "svc5", "aud": "rindle", "org_id": "acme"})
@@ -87,6 +89,8 @@ func TestJWKSKeysRotate(t *testing.T) {
 			require.NotEmpty(t, fetchErrs)
 			require.Contains(t, fetchErrs[0], idp.Issuer)
 			mu.Unlock()
+			_, err = v.Verify(held)
+			require.NoError(t, err, "a failed fetch keeps the keys held")
 			idp.Fail(false)
 			_, err = v.Verify(down)
 			require.NoError(t, err)

@@ -3,12 +3,14 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/auth"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 )
 
@@ -48,5 +50,31 @@ func TestREADMERecipesRunInOrder(t *testing.T) {
 		text, status := db.DurableText(t, id)
 		require.Equal(t, "hello 😀", text, id)
 		require.Equal(t, "complete", status, id)
+	}
+}
+
+// TestREADMEIssuersFilesAreValid reads every issuers file the README shows, as rindled would
+// (auth.ReadIssuersFile, then auth.Check), so a documented provider setting cannot drift from
+// what the server takes.
+func TestREADMEIssuersFilesAreValid(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	var files []string
+	for _, m := range regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
+		if strings.Contains(m[1], `"issuers"`) {
+			files = append(files, m[1])
+		}
+	}
+	require.GreaterOrEqual(t, len(files), 7, "the general example and six providers")
+	for i, body := range files {
+		path := filepath.Join(t.TempDir(), "issuers.json")
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+		issuers, err := auth.ReadIssuersFile(path, func(string) string { return "" })
+		require.NoError(t, err, "README issuers file %d:\n%s", i, body)
+		require.NoError(t, auth.Check(issuers), "README issuers file %d:\n%s", i, body)
+		for _, is := range issuers {
+			require.NotEmpty(t, is.Issuer, "file %d", i)
+			require.NotEmpty(t, is.JWKSURL, "file %d", i)
+		}
 	}
 }
