@@ -57,6 +57,9 @@ type Config struct {
 	// means no OTLP export: metrics stay on the Prometheus handler, spans go nowhere unless
 	// SpanExporter is set.
 	OTLPEndpoint string
+	// NoOTLPMetrics keeps metrics off OTLP (OTEL_METRICS_EXPORTER=none): they are served at
+	// /metrics only, for a Prometheus that scrapes, while spans still go to OTLPEndpoint.
+	NoOTLPMetrics bool
 	// MetricInterval is the OTLP metric push cadence. Defaults to 15s.
 	MetricInterval time.Duration
 	// SpanExporter, if set, also receives every span, synchronously (tests use an in-memory one).
@@ -122,6 +125,8 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, func(context.Context) e
 			return nil, nil, fmt.Errorf("otel: OTLP trace exporter for %s: %w", ep, err)
 		}
 		traceOpts = append(traceOpts, sdktrace.WithBatcher(spans))
+	}
+	if ep := strings.TrimRight(cfg.OTLPEndpoint, "/"); ep != "" && !cfg.NoOTLPMetrics {
 		metrics, err := otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(ep+"/v1/metrics"))
 		if err != nil {
 			return nil, nil, fmt.Errorf("otel: OTLP metric exporter for %s: %w", ep, err)

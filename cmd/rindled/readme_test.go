@@ -19,22 +19,12 @@ import (
 // had just closed). Only the server's address and `go run ./cmd/rindled` (the binary built here)
 // are substituted; every answer must be a success, and the streams end as the recipes say.
 func TestREADMERecipesRunInOrder(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
-	var script []string
-	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
-		if strings.Contains(m[1], "localhost:8080/v1/") {
-			script = append(script, m[1])
-		}
-	}
-	require.GreaterOrEqual(t, len(script), 2, "the README's API recipes")
-
+	body := readmeRecipes(t)
 	db := pgtest.NewDB(t)
 	t.Cleanup(func() { dropSlot(t, db) })
 	bin := buildRindled(t)
 	env := []string{"DATABASE_URL=" + db.URL, "RINDLE_JWT_SECRET=" + testSecret}
 	in := spawn(t, "readme", bin, []string{"-addr", "127.0.0.1:0", "-slot", db.Slot(), "-demo", "false"}, env)
-	body := strings.Join(script, "\n")
 	body = strings.ReplaceAll(body, "go run ./cmd/rindled", bin)
 	body = strings.ReplaceAll(body, "localhost:8080", strings.TrimPrefix(in.base, "http://"))
 	// The recipe's watcher runs in the background; it ends with the stream, or at the exit.
@@ -51,6 +41,22 @@ func TestREADMERecipesRunInOrder(t *testing.T) {
 		require.Equal(t, "hello 😀", text, id)
 		require.Equal(t, "complete", status, id)
 	}
+}
+
+// readmeRecipes is the README's API recipes (its sh blocks that call localhost:8080/v1/), in
+// order, as one script.
+func readmeRecipes(t *testing.T) string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	var script []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
+		if strings.Contains(m[1], "localhost:8080/v1/") {
+			script = append(script, m[1])
+		}
+	}
+	require.GreaterOrEqual(t, len(script), 2, "the README's API recipes")
+	return strings.Join(script, "\n")
 }
 
 // TestREADMEIssuersFilesAreValid reads every issuers file the README shows, as rindled would

@@ -36,7 +36,7 @@ import (
 // settings are every knob, from flags with environment defaults.
 type settings struct {
 	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
-	corsOrigins, debugAddr, secretFile, logFormat, issuersFile              string
+	corsOrigins, debugAddr, secretFile, logFormat, issuersFile, otlpMetrics string
 	logLevel                                                                slog.Level
 	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
 	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout          time.Duration
@@ -100,6 +100,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&s.hostID, "host-id", env("RINDLE_HOST_ID", ""), "this instance's producer identity, unique per process; empty generates one [RINDLE_HOST_ID]")
 	fs.StringVar(&s.slot, "slot", env("RINDLE_SLOT", cdc.DefaultSlot), "logical replication slot [RINDLE_SLOT]")
 	fs.StringVar(&s.otlp, "otlp-endpoint", env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), "OTLP/HTTP collector base URL; empty exports nothing [OTEL_EXPORTER_OTLP_ENDPOINT]")
+	fs.StringVar(&s.otlpMetrics, "otlp-metrics", env("OTEL_METRICS_EXPORTER", "otlp"), "where metrics go besides /metrics: otlp (pushed to -otlp-endpoint) or none (scraped from /metrics only) [OTEL_METRICS_EXPORTER]")
 	fs.StringVar(&s.demo, "demo", env("RINDLE_DEMO", "auto"), "serve the demo page at / and its synthetic generator: true, false, or auto (on with the private cluster only) [RINDLE_DEMO]")
 	fs.StringVar(&s.brokerURL, "broker-url", env("RINDLE_BROKER_URL", ""), "NATS JetStream URL (nats://host:4222) that carries CDC events to every instance and relays live tails between them; empty runs in-process, one instance only [RINDLE_BROKER_URL]")
 	fs.StringVar(&s.corsOrigins, "cors-origins", env("RINDLE_CORS_ORIGINS", ""), "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com), or *; empty allows same-origin only [RINDLE_CORS_ORIGINS]")
@@ -161,6 +162,9 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	case "text", "json":
 	default:
 		return nil, fmt.Errorf("-log-format %q: want text or json", s.logFormat)
+	}
+	if s.otlpMetrics != "otlp" && s.otlpMetrics != "none" {
+		return nil, fmt.Errorf("-otlp-metrics %q: want otlp or none", s.otlpMetrics)
 	}
 	if s.checkpointChars < 1 {
 		return nil, fmt.Errorf("-checkpoint-chars %d: want at least 1", s.checkpointChars)

@@ -139,7 +139,7 @@ func (in *server) openDatabase(ctx context.Context) error {
 }
 
 func (in *server) startTelemetry(ctx context.Context) error {
-	tel, shutdown, err := rotel.Setup(ctx, rotel.Config{ServiceName: "rindled", ServiceVersion: version(), OTLPEndpoint: in.s.otlp})
+	tel, shutdown, err := rotel.Setup(ctx, rotel.Config{ServiceName: "rindled", ServiceVersion: version(), OTLPEndpoint: in.s.otlp, NoOTLPMetrics: in.s.otlpMetrics == "none"})
 	if err != nil {
 		return err
 	}

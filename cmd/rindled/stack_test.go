@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// stack drives docker-compose.yml through the `docker compose` CLI, as an operator does.
+type stack struct {
+	t    *testing.T
+	root string
+}
+
+// compose runs `docker compose ARGS` in the repository and fails the test on an error.
+func (s *stack) compose(args ...string) string {
+	s.t.Helper()
+	out, err := s.try(args...)
+	require.NoError(s.t, err, "docker compose %s:\n%s", strings.Join(args, " "), out)
+	return out
+}
+
+func (s *stack) try(args ...string) (string, error) {
+	cmd := exec.CommandContext(s.t.Context(), "docker", append([]string{"compose"}, args...)...)
+	cmd.Dir = s.root
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// token signs a token inside the service's container, with the stack's own secret.
+func (s *stack) token(service string, flags ...string) string {
+	s.t.Helper()
+	out, err := exec.CommandContext(s.t.Context(), "docker", append([]string{"compose", "exec", "-T", service, "/rindled", "token"}, flags...)...).Output()
+	require.NoError(s.t, err)
+	return strings.TrimSpace(string(out))
+}
+
+// eventually polls cond until it holds, for at most limit: the condition is a container's or a
+// replication stream's progress, which no event of ours signals.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	last := ""
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		last = why
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; last: %s", what, limit, last)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("%s: %v", what, t.Context().Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// TestComposeStackServes brings docker-compose.yml up in a container runtime and checks it as an
+// operator would (issue 26): every health check green, the README's walkthrough against the
+// composed rindled, the view (through CDC) showing the text, a restart of PostgreSQL mid-stream
+// losing nothing acknowledged, the scale profile serving a reader on one instance from a
+// producer on another, a checkpoint's trace at the collector and rindled's metrics in
+// Prometheus, and `down -v` leaving nothing behind. .ci/compose runs it where a runtime works.
+func TestComposeStackServes(t *testing.T) {
+	if os.Getenv("RINDLE_COMPOSE_TEST") == "" {
+		t.Skip("needs a container runtime: .ci/compose runs it (RINDLE_COMPOSE_TEST=1)")
+	}
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	s := &stack{t: t, root: root}
+	s.try("--profile", "scale", "down", "-v", "--remove-orphans") //nolint:errcheck // a previous run's leftovers, if any
+
+	// The default stack. Jaeger's image is the one pulled from a registry; where there is none
+	// (RINDLE_COMPOSE_JAEGER unset), the rest is named, as the README says.
+	p, err := loadCompose(t, nil)
+	require.NoError(t, err)
+	services := p.ServiceNames()
+	if os.Getenv("RINDLE_COMPOSE_JAEGER") == "" {
+		services = slices.DeleteFunc(services, func(n string) bool { return n == "jaeger" })
+	}
+	slices.Sort(services)
+	s.compose(append([]string{"up", "--detach", "--wait", "--wait-timeout", "600"}, services...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := s.try("--profile", "scale", "logs", "--no-color", "--tail", "60")
+			t.Logf("logs:\n%s", out)
+		}
+		s.try("--profile", "scale", "down", "-v", "--remove-orphans") //nolint:errcheck // best effort after a failure
+	})
+	s.healthy(services)
+
+	const api = "http://127.0.0.1:8080"
+	producerToken := s.token("rindled", "-sub", "svc", "-scope", "producer")
+	alice := s.token("rindled", "-sub", "alice")
+
+	// The README's walkthrough, as written, with the composed rindled signing its tokens.
+	t.Run("README walkthrough", func(t *testing.T) {
+		body := strings.ReplaceAll(readmeRecipes(t), "go run ./cmd/rindled", "docker compose exec -T rindled /rindled")
+		sh := "set -eu\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + body + "\nwait\n"
+		cmd := exec.CommandContext(t.Context(), "bash", "-c", sh)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.NotRegexp(t, `"status":\s*[45]\d\d`, string(out), "every answer is a success")
+		// The view is the CDC reader's: it shows each answer once replication carried it.
+		for _, id := range []string{"m1", "m2"} {
+			viewShows(t, api, alice, id, "hello 😀")
+		}
+	})
+
+	t.Run("PostgreSQL restarts mid-stream", func(t *testing.T) {
+		const id = "restart"
+		st, b := request(t, http.DefaultClient, api+"/v1/messages", "POST", producerToken, `{"id":"`+id+`","owner":"alice"}`)
+		require.Equal(t, http.StatusCreated, st, "%s", b)
+		st, b = request(t, http.DefaultClient, api+"/v1/streams/"+id+"/open", "POST", producerToken, "")
+		require.Equal(t, http.StatusOK, st, "%s", b)
+		var want strings.Builder
+		seq := 0
+		push := func(text string) {
+			body, _ := json.Marshal(map[string]any{"text": text, "expectedSeq": seq})
+			eventually(t, 3*time.Minute, "append "+text, func() (bool, string) {
+				st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id+"/append", "POST", producerToken, string(body))
+				switch {
+				case st == http.StatusOK:
+					var a struct{ Seq int }
+					require.NoError(t, json.Unmarshal(b, &a))
+					seq = a.Seq
+					want.WriteString(text)
+					return true, ""
+				case retryable(st):
+					return false, fmt.Sprintf("%d %s", st, b)
+				}
+				t.Fatalf("append: %d %s", st, b)
+				return false, ""
+			})
+		}
+		for i := range 20 {
+			push(fmt.Sprintf("before %d é😀. ", i))
+		}
+		st, b = request(t, http.DefaultClient, api+"/v1/streams/"+id+"/flush", "POST", producerToken, "")
+		require.Equal(t, http.StatusOK, st, "%s", b)
+		require.Contains(t, string(b), fmt.Sprintf(`"durableSeq":%d`, seq), "acknowledged durable before the restart")
+
+		s.compose("restart", "postgres")
+		for i := range 20 {
+			push(fmt.Sprintf("after %d. ", i))
+		}
+		eventually(t, 3*time.Minute, "close", func() (bool, string) {
+			st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id+"/close", "POST", producerToken, "")
+			if st == http.StatusOK {
+				return true, ""
+			}
+			require.True(t, retryable(st), "close: %d %s", st, b)
+			return false, fmt.Sprintf("%d %s", st, b)
+		})
+		viewShows(t, api, alice, id, want.String())
+	})
+
+	t.Run("a checkpoint's trace reaches the collector and metrics reach Prometheus", func(t *testing.T) {
+		eventually(t, 2*time.Minute, "the collector logs a checkpoint span of stream m1", func() (bool, string) {
+			out, err := s.try("logs", "--no-color", "otel-collector")
+			return err == nil && strings.Contains(out, "rindle.checkpoint") && strings.Contains(out, "rindle.stream_id=m1"), "no span yet"
+		})
+		for _, q := range []string{`sum(otelcol_receiver_accepted_spans) > 0`, `sum(rindle_checkpoint_duration_seconds_count{job="rindled"}) > 0`} {
+			eventually(t, 2*time.Minute, "Prometheus answers "+q, func() (bool, string) {
+				return promHas(t, q)
+			})
+		}
+	})
+
+	t.Run("the scale profile serves a reader on one instance from a producer on another", func(t *testing.T) {
+		s.compose("--profile", "scale", "up", "--detach", "--wait", "--wait-timeout", "600", "nats", "rindled-1", "rindled-2", "rindled-3", "proxy")
+		s.healthy([]string{"nats", "rindled-1", "rindled-2", "rindled-3", "proxy"})
+		const proxy = "http://127.0.0.1:8081"
+		on := func(host, path string) string { return proxy + path + "?host=" + host }
+		p := s.token("rindled-1", "-sub", "svc", "-scope", "producer")
+		const id = "scaled"
+		st, b := request(t, http.DefaultClient, on("rindled-1", "/v1/messages"), "POST", p, `{"id":"`+id+`","owner":"alice"}`)
+		require.Equal(t, http.StatusCreated, st, "%s", b)
+		st, b = request(t, http.DefaultClient, on("rindled-1", "/v1/streams/"+id+"/open"), "POST", p, "")
+		require.Equal(t, http.StatusOK, st, "%s", b)
+
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, "GET", on("rindled-2", "/v1/streams/"+id+"/events"), nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+alice)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, "rindled-1", resp.Header.Get(httpapi.HostHeader), "the stream is hosted on rindled-1")
+		r := bufio.NewReader(resp.Body)
+		var frames []producer.Frame
+		next := func() producer.Frame {
+			for {
+				ev, err := streamtest.ReadSSE(r)
+				require.NoError(t, err)
+				if ev.Data == "" {
+					continue
+				}
+				var f producer.Frame
+				require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
+				frames = append(frames, f)
+				return f
+			}
+		}
+		const live = "from rindled-1, live on rindled-2 😀"
+		st, b = request(t, http.DefaultClient, on("rindled-1", "/v1/streams/"+id+"/append"), "POST", p, `{"text":"`+live+`"}`)
+		require.Equal(t, http.StatusOK, st, "%s", b)
+		// The text arrives on rindled-2 while the stream is still open on rindled-1.
+		text := ""
+		for !strings.Contains(text, live) {
+			f := next()
+			require.False(t, f.Terminal(), "the stream ended before its text arrived: %+v", frames)
+			if f.Type == producer.FrameChunk {
+				text, err = producer.Splice(text, f)
+				require.NoError(t, err)
+			}
+		}
+		st, b = request(t, http.DefaultClient, on("rindled-1", "/v1/streams/"+id+"/close"), "POST", p, "")
+		require.Equal(t, http.StatusOK, st, "%s", b)
+		for !next().Terminal() {
+		}
+		text, end := streamtest.Replay(t, "", frames)
+		require.Equal(t, producer.FrameEnd, end.Type)
+		require.Equal(t, live, text)
+	})
+
+	t.Run("down -v leaves nothing behind", func(t *testing.T) {
+		s.compose("--profile", "scale", "down", "-v", "--remove-orphans")
+		for _, kind := range [][]string{{"ps", "-a", "-q"}, {"volume", "ls", "-q"}, {"network", "ls", "-q"}} {
+			out, err := exec.CommandContext(t.Context(), "docker", append(kind, "--filter", "label=com.docker.compose.project=rindle")...).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			require.Empty(t, strings.TrimSpace(string(out)), "docker %s: the project left these behind", strings.Join(kind, " "))
+		}
+	})
+}
+
+// healthy checks that each named service runs with a green health check, and that the
+// one-shot secret service completed.
+func (s *stack) healthy(services []string) {
+	s.t.Helper()
+	out := s.compose("ps", "--all", "--format", "json")
+	seen := map[string]bool{}
+	for line := range strings.Lines(out) {
+		var c struct {
+			Service, State, Health string
+			ExitCode               int
+		}
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		require.NoError(s.t, json.Unmarshal([]byte(line), &c), "%s", line)
+		seen[c.Service] = true
+		if !slices.Contains(services, c.Service) {
+			continue
+		}
+		if c.Service == "secret" {
+			require.Equal(s.t, 0, c.ExitCode, "the secret service")
+			continue
+		}
+		require.Equal(s.t, "running", c.State, c.Service)
+		require.Equal(s.t, "healthy", c.Health, c.Service)
+	}
+	for _, name := range services {
+		require.True(s.t, seen[name], "%s is not in docker compose ps", name)
+	}
+}
+
+// viewShows waits until the view of id is complete and holds want.
+func viewShows(t *testing.T, api, tok, id, want string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "the view of "+id, func() (bool, string) {
+		st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id, "GET", tok, "")
+		var v struct{ Text, Status string }
+		if st == http.StatusOK {
+			require.NoError(t, json.Unmarshal(b, &v))
+		}
+		return st == http.StatusOK && v.Status == "complete" && v.Text == want, fmt.Sprintf("%d %s", st, b)
+	})
+}
+
+// promHas reports whether Prometheus's instant query q returns a sample.
+func promHas(t *testing.T, q string) (bool, string) {
+	req, err := http.NewRequestWithContext(t.Context(), "GET", "http://127.0.0.1:9090/api/v1/query", nil)
+	require.NoError(t, err)
+	req.URL.RawQuery = url.Values{"query": {q}}.Encode()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data struct {
+			Result []json.RawMessage
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return false, err.Error()
+	}
+	return len(r.Data.Result) > 0, fmt.Sprintf("%d results", len(r.Data.Result))
+}
