@@ -36,8 +36,12 @@ func (s *stack) compose(args ...string) string {
 	return out
 }
 
+// try runs `docker compose ARGS`, bounded by 15 minutes but not by the test's context, which
+// is cancelled before cleanups run (they take the stack down).
 func (s *stack) try(args ...string) (string, error) {
-	cmd := exec.CommandContext(s.t.Context(), "docker", append([]string{"compose"}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", append([]string{"compose"}, args...)...)
 	cmd.Dir = s.root
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -134,10 +138,11 @@ func TestComposeStackServes(t *testing.T) {
 		st, b = request(t, http.DefaultClient, api+"/v1/streams/"+id+"/open", "POST", producerToken, "")
 		require.Equal(t, http.StatusOK, st, "%s", b)
 		var want strings.Builder
-		seq := 0
+		seq, attempts := 0, 0
 		push := func(text string) {
 			body, _ := json.Marshal(map[string]any{"text": text, "expectedSeq": seq})
 			eventually(t, 3*time.Minute, "append "+text, func() (bool, string) {
+				attempts++
 				st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id+"/append", "POST", producerToken, string(body))
 				switch {
 				case st == http.StatusOK:
@@ -160,7 +165,16 @@ func TestComposeStackServes(t *testing.T) {
 		require.Equal(t, http.StatusOK, st, "%s", b)
 		require.Contains(t, string(b), fmt.Sprintf(`"durableSeq":%d`, seq), "acknowledged durable before the restart")
 
+		started := func() (string, error) {
+			return s.try("exec", "-T", "postgres", "psql", "-U", "rindle", "-d", "rindle", "-Atc", "SELECT pg_postmaster_start_time()")
+		}
+		before, err := started()
+		require.NoError(t, err, "%s", before)
 		s.compose("restart", "postgres")
+		eventually(t, 2*time.Minute, "PostgreSQL is back, restarted", func() (bool, string) {
+			now, err := started()
+			return err == nil && now != before, now
+		})
 		for i := range 20 {
 			push(fmt.Sprintf("after %d. ", i))
 		}
@@ -173,6 +187,7 @@ func TestComposeStackServes(t *testing.T) {
 			return false, fmt.Sprintf("%d %s", st, b)
 		})
 		viewShows(t, api, alice, id, want.String())
+		t.Logf("40 appends took %d attempts (a 503 while the database was away is retried)", attempts)
 	})
 
 	t.Run("a checkpoint's trace reaches the collector and metrics reach Prometheus", func(t *testing.T) {
