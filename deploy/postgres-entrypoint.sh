@@ -25,9 +25,13 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     echo "host replication all all scram-sha-256"
   } >> "$PGDATA/pg_hba.conf"
   if [ "$POSTGRES_DB" != postgres ]; then
-    pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null
-    createdb -U "$POSTGRES_USER" "$POSTGRES_DB"
+    # A private socket and no TCP: nothing outside (the health check included) may take this
+    # short-lived server for the real one.
+    init=$(mktemp -d)
+    pg_ctl -D "$PGDATA" -o "-c listen_addresses='' -k $init" -w start >/dev/null
+    createdb -h "$init" -U "$POSTGRES_USER" "$POSTGRES_DB"
     pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null
+    rmdir "$init"
   fi
   echo "postgres-entrypoint: initialized $PGDATA for $POSTGRES_USER/$POSTGRES_DB"
 fi

@@ -102,7 +102,6 @@ func TestComposeStackServes(t *testing.T) {
 		services = slices.DeleteFunc(services, func(n string) bool { return n == "jaeger" })
 	}
 	slices.Sort(services)
-	s.compose(append([]string{"up", "--detach", "--wait", "--wait-timeout", "600"}, services...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := s.try("--profile", "scale", "logs", "--no-color", "--tail", "60")
@@ -110,6 +109,7 @@ func TestComposeStackServes(t *testing.T) {
 		}
 		s.try("--profile", "scale", "down", "-v", "--remove-orphans") //nolint:errcheck // best effort after a failure
 	})
+	s.compose(append([]string{"up", "--detach", "--wait", "--wait-timeout", "600"}, services...)...)
 	s.healthy(services)
 
 	const api = "http://127.0.0.1:8080"
