@@ -33,16 +33,9 @@ func TestIdentityProviderTokens(t *testing.T) {
 	db := pgtest.NewDB(t)
 	srv := startRindled(t, db, "-issuers", file)
 	call := func(method, path, tok, body string) (int, string) {
-		req, err := http.NewRequestWithContext(t.Context(), method, srv.base+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
+		st, b := request(t, http.DefaultClient, srv.base+path, method, tok, body)
+		require.NotZero(t, st, "%s %s: %s", method, path, b)
+		return st, string(b)
 	}
 	sign := func(claims jwt.MapClaims) string {
 		claims["aud"] = "rindle"
