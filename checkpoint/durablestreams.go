@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,10 +14,17 @@ import (
 )
 
 // Protocol stores the streams of the Durable Streams protocol on the project's schema
-// (migration 005). A protocol stream's text is a messages row (id ProtocolMessageID(path),
-// status pending while open, complete once closed) and one message_chunks row per append, so
-// the CDC reader and the view see it like any message; ds_streams and ds_producers hold what
-// only the protocol has.
+// (migrations 005 and 006). A stream's unit is fixed at creation (CreateStream.Binary). A text
+// stream's text is a messages row (id ProtocolMessageID(path), status pending while open,
+// complete once closed) and one message_chunks row per append, so the CDC reader and the view
+// see it like any message; its offsets are UTF-16 units. A byte stream is a protocol stream,
+// not an answer: no messages row, no view, one ds_bytes row per append, offsets in bytes.
+// ds_streams and ds_producers hold what only the protocol has.
+//
+// A fork (CreateStream.Fork) copies its source's rows up to the fork point, so it keeps the
+// source's offsets and reads nothing of the source afterwards. Deleting a stream that has forks
+// soft-deletes it: its data goes, its path answers ErrStreamGone, and the row goes when its last
+// fork does (and so on up a chain of forks).
 //
 // Every append is its own transaction, committed before the caller answers: the protocol
 // acknowledges an append only once it is durable. The transaction locks the stream's row, so
@@ -45,11 +53,23 @@ var (
 	ErrStreamNotFound = errors.New("checkpoint: no such stream")
 	// ErrStreamExists: a create found a stream at the path with another configuration.
 	ErrStreamExists = errors.New("checkpoint: a stream with another configuration exists at this path")
+	// ErrStreamGone: the stream was deleted while forks of it exist; its path stays taken
+	// until the last of them goes.
+	ErrStreamGone = errors.New("checkpoint: the stream was deleted; forks of it still exist")
 	// ErrContentTypeMismatch: an append's content type is not the stream's.
 	ErrContentTypeMismatch = errors.New("checkpoint: the content type is not the stream's")
 	// ErrSeqRegression: a Stream-Seq not above the stream's last one.
 	ErrSeqRegression = errors.New("checkpoint: the writer sequence did not increase")
 )
+
+// ForkError is a fork the store refused: its source is missing (NotFound), deleted with forks
+// still holding it (Gone), or its fork point is not in the source (neither).
+type ForkError struct {
+	NotFound, Gone bool
+	Reason         string
+}
+
+func (e *ForkError) Error() string { return "checkpoint: fork: " + e.Reason }
 
 // StreamClosedError is an append to a closed stream.
 type StreamClosedError struct{ Tail producer.Seq }
@@ -88,22 +108,50 @@ type StreamMeta struct {
 	TTL                                 *int64
 	ExpiresAt                           *time.Time
 	Closed                              bool
-	Tail                                producer.Seq
+	// Binary: a byte stream (offsets in bytes, no messages row); else a text stream.
+	Binary bool
+	Tail   producer.Seq
 	// Created tells one incarnation of a path from the next (a stream deleted and created
 	// again).
 	Created time.Time
 }
 
+// Len is the length of data in the stream's unit: bytes, or UTF-16 units.
+func (m StreamMeta) Len(data string) producer.Seq {
+	if m.Binary {
+		return producer.Seq(len(data))
+	}
+	return producer.Len16(data)
+}
+
 // CreateStream is a PUT.
 type CreateStream struct {
+	// ContentType may be empty for a fork: it inherits its source's.
 	Path, Owner, ContentType string
 	TTL                      *int64
 	ExpiresAt                *time.Time
 	Closed                   bool
-	// Text is the initial content, already in the stream's stored form.
+	// Binary makes a byte stream; the caller chooses it from the content type.
+	Binary bool
+	// Text is the initial content, already in the stream's stored form (raw bytes for a byte
+	// stream).
 	Text string
 	// SameType reports whether two content types name the same type (case, parameters).
 	SameType func(a, b string) bool
+	// Fork, if set, makes the stream a fork.
+	Fork *Fork
+}
+
+// Fork is where a fork starts: its source, the source's offset (nil: its tail), and a
+// sub-offset into the append that starts there, in bytes, or in messages for JSON (Cut says
+// where in an append's stored form a count of them ends; nil means bytes of the stored form).
+type Fork struct {
+	Source    string
+	Offset    *producer.Seq
+	SubOffset int64
+	// Cut returns the stored-form prefix of an append holding n of its units, or false when
+	// the append has fewer than n or cannot be cut there.
+	Cut func(stored string, n int64) (string, bool)
 }
 
 // ProducerRef is an idempotent producer's request tuple.
@@ -144,42 +192,150 @@ type AppendOutcome struct {
 	AlreadyClosed bool
 	// ProducerEpoch and ProducerSeq are the producer's accepted state, with a producer.
 	ProducerEpoch, ProducerSeq int64
+	// From is where the append began (the tail before it).
+	From producer.Seq
 	// Created is the stream's StreamMeta.Created.
 	Created time.Time
 }
 
-const metaColumns = `d.path, d.message_id, coalesce(m.owner, ''), d.content_type, d.ttl_seconds, d.expires_at,
-	m.status = 'complete', m.seq,
+const metaColumns = `d.path, coalesce(d.message_id, ''), coalesce(d.owner, m.owner, ''), d.content_type, d.ttl_seconds, d.expires_at,
+	CASE WHEN d.unit = 'byte' THEN d.byte_closed ELSE coalesce(m.status = 'complete', false) END,
+	CASE WHEN d.unit = 'byte' THEN d.byte_tail ELSE coalesce(m.seq, 0) END,
 	(d.ttl_seconds IS NOT NULL AND d.accessed_at + make_interval(secs => d.ttl_seconds) <= now())
-	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.created_at`
+	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.created_at, d.unit = 'byte', d.deleted_at IS NOT NULL
+	FROM ds_streams d LEFT JOIN messages m ON m.id = d.message_id WHERE d.path = $1`
 
-func scanMeta(row pgx.Row) (StreamMeta, bool, error) {
-	var m StreamMeta
+// scanMeta reads a metaColumns row: the stream, whether it has expired, whether it is
+// soft-deleted.
+func scanMeta(row pgx.Row) (m StreamMeta, expired, gone bool, err error) {
 	var seq int64
-	var expired bool
-	err := row.Scan(&m.Path, &m.MessageID, &m.Owner, &m.ContentType, &m.TTL, &m.ExpiresAt, &m.Closed, &seq, &expired, &m.Created)
+	err = row.Scan(&m.Path, &m.MessageID, &m.Owner, &m.ContentType, &m.TTL, &m.ExpiresAt, &m.Closed, &seq, &expired, &m.Created, &m.Binary, &gone)
 	m.Tail = producer.Seq(seq)
-	return m, expired, err
+	return m, expired, gone, err
 }
 
-// lockMeta reads and locks the stream's rows; an expired stream is deleted and reported
-// missing.
+// lockMeta reads and locks the stream's row; an expired stream is removed (removeStream) and
+// reported missing.
 func lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
-	m, expired, err := scanMeta(tx.QueryRow(ctx, `SELECT `+metaColumns+`
-		FROM ds_streams d JOIN messages m ON m.id = d.message_id WHERE d.path = $1 FOR UPDATE OF d, m`, path))
-	if errors.Is(err, pgx.ErrNoRows) {
+	// The lock first, then the read in a statement of its own: a read that waited on the lock
+	// would re-check only the locked row, and could see a messages row (the tail) from before
+	// the append it waited for. A byte stream's messages side is empty (an outer join, which
+	// FOR UPDATE cannot lock), so one statement cannot lock both.
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM ds_streams WHERE path = $1 FOR UPDATE", path); err != nil {
+		return StreamMeta{}, fmt.Errorf("checkpoint: lock stream %s: %w", path, err)
+	}
+	m, expired, gone, err := scanMeta(tx.QueryRow(ctx, `SELECT `+metaColumns, path))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return StreamMeta{}, ErrStreamNotFound
-	}
-	if err != nil {
+	case err != nil:
 		return StreamMeta{}, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
-	}
-	if expired {
-		if _, err := tx.Exec(ctx, "DELETE FROM messages WHERE id = $1", m.MessageID); err != nil {
-			return StreamMeta{}, fmt.Errorf("checkpoint: expire stream %s: %w", path, err)
+	case gone:
+		return StreamMeta{}, ErrStreamGone
+	case expired:
+		if err := removeStream(ctx, tx, m); err != nil {
+			return StreamMeta{}, err
 		}
 		return StreamMeta{}, ErrStreamNotFound
 	}
 	return m, nil
+}
+
+// removeStream deletes a stream whose row the transaction holds locked: soft when forks of it
+// exist (its data and producers go, its row stays with deleted_at), else the row goes, and then
+// every soft-deleted ancestor that this was the last fork of.
+func removeStream(ctx context.Context, tx pgx.Tx, m StreamMeta) error {
+	fail := func(err error) error { return fmt.Errorf("checkpoint: delete stream %s: %w", m.Path, err) }
+	forks, err := hasForks(ctx, tx, m.Path)
+	if err != nil {
+		return fail(err)
+	}
+	if forks {
+		if _, err := tx.Exec(ctx, `UPDATE ds_streams SET deleted_at = now(), message_id = NULL, byte_tail = 0, stream_seq = NULL,
+			closed_by = NULL, closed_epoch = NULL, closed_seq = NULL WHERE path = $1`, m.Path); err != nil {
+			return fail(err)
+		}
+		for _, q := range []string{"DELETE FROM ds_bytes WHERE path = $1", "DELETE FROM ds_producers WHERE path = $1"} {
+			if _, err := tx.Exec(ctx, q, m.Path); err != nil {
+				return fail(err)
+			}
+		}
+		return dropMessage(ctx, tx, m.MessageID, fail)
+	}
+	var parent *string
+	if err := tx.QueryRow(ctx, "DELETE FROM ds_streams WHERE path = $1 RETURNING forked_from", m.Path).Scan(&parent); err != nil {
+		return fail(err)
+	}
+	if err := dropMessage(ctx, tx, m.MessageID, fail); err != nil {
+		return err
+	}
+	for parent != nil {
+		// The parent is locked before its forks are counted: two of its forks deleted at once
+		// serialize here, and the later one sees the earlier one's delete.
+		var gone bool
+		var next *string
+		err := tx.QueryRow(ctx, "SELECT deleted_at IS NOT NULL, forked_from FROM ds_streams WHERE path = $1 FOR UPDATE", *parent).Scan(&gone, &next)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !gone) {
+			return nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if forks, err := hasForks(ctx, tx, *parent); err != nil || forks {
+			if err != nil {
+				return fail(err)
+			}
+			return nil
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM ds_streams WHERE path = $1", *parent); err != nil {
+			return fail(err)
+		}
+		parent = next
+	}
+	return nil
+}
+
+func hasForks(ctx context.Context, tx pgx.Tx, path string) (bool, error) {
+	var forks bool
+	err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ds_streams WHERE forked_from = $1)", path).Scan(&forks)
+	return forks, err
+}
+
+func dropMessage(ctx context.Context, tx pgx.Tx, id string, fail func(error) error) error {
+	if id == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM messages WHERE id = $1", id); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// rows names where a stream's appends live: message_chunks for text, ds_bytes for bytes.
+type rows struct {
+	table, key, data string
+	keyValue         string
+	binary           bool
+}
+
+func rowsOf(m StreamMeta) rows {
+	if m.Binary {
+		return rows{table: "ds_bytes", key: "path", data: "data", keyValue: m.Path, binary: true}
+	}
+	return rows{table: "message_chunks", key: "stream_id", data: "text", keyValue: m.MessageID}
+}
+
+// arg is data as the column's type takes it.
+func (r rows) arg(data string) any {
+	if r.binary {
+		return []byte(data)
+	}
+	return data
+}
+
+func (r rows) insert(ctx context.Context, tx pgx.Tx, seq producer.Seq, data string) error {
+	_, err := tx.Exec(ctx, "INSERT INTO "+r.table+" ("+r.key+", seq, "+r.data+") VALUES ($1, $2, $3)", r.keyValue, int64(seq), r.arg(data))
+	return err
 }
 
 // Create creates the stream, or confirms one with the same configuration (created false).
@@ -188,56 +344,192 @@ func (p *Protocol) Create(ctx context.Context, in CreateStream) (meta StreamMeta
 		m, err := lockMeta(ctx, tx, in.Path)
 		switch {
 		case err == nil:
-			same := in.SameType(m.ContentType, in.ContentType) && m.Closed == in.Closed &&
-				equalPtr(m.TTL, in.TTL) && equalTime(m.ExpiresAt, in.ExpiresAt)
+			same, err := sameConfig(ctx, tx, m, in)
+			if err != nil {
+				return err
+			}
 			if !same {
 				return ErrStreamExists
 			}
 			meta = m
 			return nil
+		case errors.Is(err, ErrStreamGone):
+			return fmt.Errorf("%w: %w", ErrStreamExists, err)
 		case !errors.Is(err, ErrStreamNotFound):
 			return err
 		}
-		id := ProtocolMessageID(in.Path)
-		n := producer.Len16(in.Text)
+		meta = StreamMeta{Path: in.Path, Owner: in.Owner, ContentType: in.ContentType, TTL: in.TTL, ExpiresAt: in.ExpiresAt,
+			Closed: in.Closed, Binary: in.Binary}
+		var fork *forkPlan
+		if in.Fork != nil {
+			if fork, err = planFork(ctx, tx, in, &meta); err != nil {
+				return err
+			}
+		}
+		if !meta.Binary {
+			meta.MessageID = ProtocolMessageID(in.Path)
+		}
+		r := rowsOf(meta)
+		meta.Tail = meta.Len(in.Text)
+		if fork != nil {
+			meta.Tail += fork.at + meta.Len(fork.prefix)
+		}
 		status := "pending"
 		if in.Closed {
 			status = "complete"
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO messages (id, owner, role, seq, status) VALUES ($1, NULLIF($2, ''), 'stream', $3, $4)
-			ON CONFLICT (id) DO NOTHING`, id, in.Owner, int64(n), status)
-		if err != nil {
+		if !meta.Binary {
+			tag, err := tx.Exec(ctx, `INSERT INTO messages (id, owner, role, seq, status) VALUES ($1, NULLIF($2, ''), 'stream', $3, $4)
+				ON CONFLICT (id) DO NOTHING`, meta.MessageID, in.Owner, int64(meta.Tail), status)
+			if err != nil {
+				return fmt.Errorf("checkpoint: create stream %s: %w", in.Path, err)
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("%w: a message row %s exists", ErrStreamExists, meta.MessageID)
+			}
+		}
+		unit, byteTail := "utf16", int64(0)
+		if meta.Binary {
+			unit, byteTail = "byte", int64(meta.Tail)
+		}
+		var forkedFrom *string
+		var forkOffset *int64
+		var forkSub int64
+		if fork != nil {
+			forkedFrom, forkOffset, forkSub = &in.Fork.Source, new(int64(fork.at)), in.Fork.SubOffset
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO ds_streams (path, message_id, owner, content_type, ttl_seconds, expires_at, unit, byte_tail, byte_closed,
+			forked_from, fork_offset, fork_sub_offset) VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			in.Path, meta.MessageID, in.Owner, meta.ContentType, meta.TTL, meta.ExpiresAt, unit, byteTail, meta.Binary && in.Closed,
+			forkedFrom, forkOffset, forkSub); err != nil {
 			return fmt.Errorf("checkpoint: create stream %s: %w", in.Path, err)
 		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%w: a message row %s exists", ErrStreamExists, id)
+		at := producer.Seq(0)
+		if fork != nil {
+			if err := fork.copy(ctx, tx, r); err != nil {
+				return fmt.Errorf("checkpoint: fork %s into %s: %w", in.Fork.Source, in.Path, err)
+			}
+			at = fork.at
+			if fork.prefix != "" {
+				at += meta.Len(fork.prefix)
+				if err := r.insert(ctx, tx, at, fork.prefix); err != nil {
+					return fmt.Errorf("checkpoint: fork %s into %s: %w", in.Fork.Source, in.Path, err)
+				}
+			}
 		}
-		if n > 0 {
-			if _, err := tx.Exec(ctx, "INSERT INTO message_chunks (stream_id, seq, text) VALUES ($1, $2, $3)", id, int64(n), in.Text); err != nil {
+		if in.Text != "" {
+			if err := r.insert(ctx, tx, meta.Tail, in.Text); err != nil {
 				return fmt.Errorf("checkpoint: create stream %s: %w", in.Path, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ds_streams (path, message_id, content_type, ttl_seconds, expires_at) VALUES ($1, $2, $3, $4, $5)`,
-			in.Path, id, in.ContentType, in.TTL, in.ExpiresAt); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT created_at FROM ds_streams WHERE path = $1", in.Path).Scan(&meta.Created); err != nil {
 			return fmt.Errorf("checkpoint: create stream %s: %w", in.Path, err)
 		}
 		created = true
-		meta = StreamMeta{Path: in.Path, MessageID: id, Owner: in.Owner, ContentType: in.ContentType, TTL: in.TTL,
-			ExpiresAt: in.ExpiresAt, Closed: in.Closed, Tail: n}
 		return nil
 	})
 	return meta, created, err
 }
 
+// sameConfig reports whether a create asks for the stream m already is.
+func sameConfig(ctx context.Context, tx pgx.Tx, m StreamMeta, in CreateStream) (bool, error) {
+	var from *string
+	var off, sub *int64
+	if err := tx.QueryRow(ctx, "SELECT forked_from, fork_offset, fork_sub_offset FROM ds_streams WHERE path = $1", m.Path).Scan(&from, &off, &sub); err != nil {
+		return false, fmt.Errorf("checkpoint: read stream %s: %w", m.Path, err)
+	}
+	same := m.Closed == in.Closed && (in.ContentType == "" || in.SameType(m.ContentType, in.ContentType))
+	ttl := equalPtr(m.TTL, in.TTL) && equalTime(m.ExpiresAt, in.ExpiresAt)
+	if in.Fork == nil {
+		return same && ttl && from == nil, nil
+	}
+	f := in.Fork
+	return same && from != nil && *from == f.Source && (f.Offset == nil || (off != nil && *off == int64(*f.Offset))) &&
+		sub != nil && *sub == f.SubOffset && (ttl || (in.TTL == nil && in.ExpiresAt == nil)), nil
+}
+
+// forkPlan is a fork's copy of its source: the source's rows to offset at, then prefix (the
+// sub-offset's part of the append that starts at at).
+type forkPlan struct {
+	src    rows
+	at     producer.Seq
+	prefix string
+}
+
+// planFork locks and checks the fork's source and completes meta from it: the content type and
+// unit, and the expiry when the create names none.
+func planFork(ctx context.Context, tx pgx.Tx, in CreateStream, meta *StreamMeta) (*forkPlan, error) {
+	f := in.Fork
+	src, err := lockMeta(ctx, tx, f.Source)
+	switch {
+	case errors.Is(err, ErrStreamNotFound):
+		return nil, &ForkError{NotFound: true, Reason: "no stream " + f.Source + " to fork"}
+	case errors.Is(err, ErrStreamGone):
+		return nil, &ForkError{Gone: true, Reason: "the stream " + f.Source + " was deleted"}
+	case err != nil:
+		return nil, err
+	}
+	if in.ContentType == "" {
+		meta.ContentType = src.ContentType
+	} else if !in.SameType(src.ContentType, in.ContentType) {
+		return nil, ErrContentTypeMismatch
+	}
+	meta.Binary = src.Binary
+	if in.TTL == nil && in.ExpiresAt == nil {
+		meta.TTL, meta.ExpiresAt = src.TTL, src.ExpiresAt
+	}
+	plan := &forkPlan{src: rowsOf(src), at: src.Tail}
+	if f.Offset != nil {
+		if *f.Offset > src.Tail {
+			return nil, &ForkError{Reason: fmt.Sprintf("the fork offset %d is past the source's end (%d)", *f.Offset, src.Tail)}
+		}
+		plan.at = *f.Offset
+	}
+	// The append that starts at the fork offset: it must start there (a fork begins at an
+	// append's boundary, as every offset this store hands out is), and the sub-offset cuts it.
+	var end int64
+	var data []byte
+	r := plan.src
+	err = tx.QueryRow(ctx, "SELECT seq, "+r.data+" FROM "+r.table+" WHERE "+r.key+" = $1 AND seq > $2 ORDER BY seq LIMIT 1",
+		r.keyValue, int64(plan.at)).Scan(&end, &data)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		data = nil
+	case err != nil:
+		return nil, fmt.Errorf("checkpoint: read stream %s: %w", f.Source, err)
+	case producer.Seq(end)-src.Len(string(data)) != plan.at:
+		return nil, &ForkError{Reason: fmt.Sprintf("the fork offset %d is inside an append, not at a boundary", plan.at)}
+	}
+	if f.SubOffset > 0 {
+		if data == nil {
+			return nil, &ForkError{Reason: "the sub-offset has no append to cut at the fork offset"}
+		}
+		prefix, ok := f.Cut(string(data), f.SubOffset)
+		if !ok {
+			return nil, &ForkError{Reason: fmt.Sprintf("the sub-offset %d is not inside the append at the fork offset", f.SubOffset)}
+		}
+		plan.prefix = prefix
+	}
+	return plan, nil
+}
+
+// copy copies the source's appends up to the fork offset into the fork's rows.
+func (f *forkPlan) copy(ctx context.Context, tx pgx.Tx, to rows) error {
+	_, err := tx.Exec(ctx, "INSERT INTO "+to.table+" ("+to.key+", seq, "+to.data+") SELECT $1, seq, "+f.src.data+
+		" FROM "+f.src.table+" WHERE "+f.src.key+" = $2 AND seq <= $3", to.keyValue, f.src.keyValue, int64(f.at))
+	return err
+}
+
 // Head reads the stream's metadata without touching its TTL.
 func (p *Protocol) Head(ctx context.Context, path string) (StreamMeta, error) {
-	m, expired, err := scanMeta(p.pool.QueryRow(ctx, `SELECT `+metaColumns+`
-		FROM ds_streams d JOIN messages m ON m.id = d.message_id WHERE d.path = $1`, path))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && expired) {
+	m, expired, gone, err := scanMeta(p.pool.QueryRow(ctx, `SELECT `+metaColumns, path))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && expired && !gone):
 		return StreamMeta{}, ErrStreamNotFound
-	}
-	if err != nil {
+	case err != nil:
 		return StreamMeta{}, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
+	case gone:
+		return StreamMeta{}, ErrStreamGone
 	}
 	return m, nil
 }
@@ -247,10 +539,10 @@ func (p *Protocol) Head(ctx context.Context, path string) (StreamMeta, error) {
 // being held whole in memory by one response.
 const ProtocolReadBytes = 1 << 20
 
-// Read returns the stream's metadata and its text from offset from on, at most limit appends
-// and about ProtocolReadBytes. With touch it renews a sliding TTL (a read is an access); a live
-// read touches once, when it begins, so a hundred waiting readers do not queue on the stream's
-// row at every append.
+// Read returns the stream's metadata and its data from offset from on (text, or a byte
+// stream's bytes), at most limit appends and about ProtocolReadBytes. With touch it renews a
+// sliding TTL (a read is an access); a live read touches once, when it begins, so a hundred
+// waiting readers do not queue on the stream's row at every append.
 func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, limit int, touch bool) (meta StreamMeta, text string, end producer.Seq, err error) {
 	m, err := p.Head(ctx, path)
 	if err != nil {
@@ -265,22 +557,27 @@ func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, lim
 	if from >= m.Tail {
 		return m, "", min(end, m.Tail), nil
 	}
-	rows, err := p.pool.Query(ctx, `SELECT seq, text FROM message_chunks WHERE stream_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
-		m.MessageID, int64(from), limit)
+	r := rowsOf(m)
+	rs, err := p.pool.Query(ctx, "SELECT seq, "+r.data+" FROM "+r.table+" WHERE "+r.key+" = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+		r.keyValue, int64(from), limit)
 	if err != nil {
 		return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
 	}
-	defer rows.Close()
+	defer rs.Close()
 	buf := []byte{}
-	for rows.Next() {
+	for rs.Next() {
 		var seq int64
-		var chunk string
-		if err := rows.Scan(&seq, &chunk); err != nil {
+		var chunk []byte
+		if err := rs.Scan(&seq, &chunk); err != nil {
 			return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
 		}
 		// An offset inside an append (never one this store handed out) reads from there.
-		if start := producer.Seq(seq) - producer.Len16(chunk); start < from {
-			chunk = producer.Slice16(chunk, from-start, producer.Len16(chunk))
+		if start := producer.Seq(seq) - m.Len(string(chunk)); start < from {
+			if m.Binary {
+				chunk = chunk[from-start:]
+			} else {
+				chunk = []byte(producer.Slice16(string(chunk), from-start, producer.Len16(string(chunk))))
+			}
 		}
 		buf = append(buf, chunk...)
 		end = producer.Seq(seq)
@@ -288,22 +585,22 @@ func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, lim
 			break // a page: the reader goes on from end (whole appends keep JSON messages whole)
 		}
 	}
-	if err := rows.Err(); err != nil {
+	if err := rs.Err(); err != nil {
 		return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
 	}
 	return m, string(buf), end, nil
 }
 
-// Delete removes the stream, its text and its producers.
+// Delete removes the stream, its data and its producers; a stream with forks is soft-deleted
+// (ErrStreamGone from then on) until its last fork goes.
 func (p *Protocol) Delete(ctx context.Context, path string) error {
-	tag, err := p.pool.Exec(ctx, "DELETE FROM messages WHERE id = (SELECT message_id FROM ds_streams WHERE path = $1)", path)
-	if err != nil {
-		return fmt.Errorf("checkpoint: delete stream %s: %w", path, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrStreamNotFound
-	}
-	return nil
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		m, err := lockMeta(ctx, tx, path)
+		if err != nil {
+			return err
+		}
+		return removeStream(ctx, tx, m)
+	})
 }
 
 // Append appends (and or closes) in one transaction, with the protocol's checks in its order:
@@ -314,7 +611,7 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 		if err != nil {
 			return err
 		}
-		out = AppendOutcome{Tail: m.Tail, Closed: m.Closed, Created: m.Created}
+		out = AppendOutcome{Tail: m.Tail, From: m.Tail, Closed: m.Closed, Created: m.Created}
 		if m.Closed {
 			var by *string
 			var epoch, seq *int64
@@ -333,6 +630,10 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 		}
 		if in.Text != "" && !in.SameType(m.ContentType, in.ContentType) {
 			return ErrContentTypeMismatch
+		}
+		if in.Invalid == nil && !m.Binary && !utf8.ValidString(in.Text) {
+			// A text stream made before byte streams existed, under a type that now means bytes.
+			in.Invalid = errors.New("the body is not UTF-8 text, and this stream holds text (offsets are UTF-16 units)")
 		}
 		if in.Invalid != nil {
 			return &InvalidBodyError{Err: in.Invalid}
@@ -359,17 +660,19 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 		}
 		tail := m.Tail
 		if in.Text != "" {
-			tail += producer.Len16(in.Text)
-			if _, err := tx.Exec(ctx, "INSERT INTO message_chunks (stream_id, seq, text) VALUES ($1, $2, $3)", m.MessageID, int64(tail), in.Text); err != nil {
+			tail += m.Len(in.Text)
+			if err := rowsOf(m).insert(ctx, tx, tail, in.Text); err != nil {
 				return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
 			}
 		}
-		status := "pending"
-		if in.Close {
-			status = "complete"
-		}
-		if _, err := tx.Exec(ctx, "UPDATE messages SET seq = $2, status = $3, updated_at = now() WHERE id = $1", m.MessageID, int64(tail), status); err != nil {
-			return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
+		if !m.Binary {
+			status := "pending"
+			if in.Close {
+				status = "complete"
+			}
+			if _, err := tx.Exec(ctx, "UPDATE messages SET seq = $2, status = $3, updated_at = now() WHERE id = $1", m.MessageID, int64(tail), status); err != nil {
+				return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
+			}
 		}
 		var by *string
 		var epoch, seq *int64
@@ -377,8 +680,9 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 			by, epoch, seq = &in.Producer.ID, &in.Producer.Epoch, &in.Producer.Seq
 		}
 		if _, err := tx.Exec(ctx, `UPDATE ds_streams SET accessed_at = now(), stream_seq = coalesce(NULLIF($2, ''), stream_seq),
-			closed_by = coalesce($3, closed_by), closed_epoch = coalesce($4, closed_epoch), closed_seq = coalesce($5, closed_seq) WHERE path = $1`,
-			in.Path, in.StreamSeq, by, epoch, seq); err != nil {
+			closed_by = coalesce($3, closed_by), closed_epoch = coalesce($4, closed_epoch), closed_seq = coalesce($5, closed_seq),
+			byte_tail = CASE WHEN unit = 'byte' THEN $6 ELSE byte_tail END, byte_closed = (unit = 'byte' AND $7) WHERE path = $1`,
+			in.Path, in.StreamSeq, by, epoch, seq, int64(tail), in.Close); err != nil {
 			return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
 		}
 		if in.Producer != nil {

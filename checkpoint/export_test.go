@@ -1,9 +1,25 @@
 package checkpoint
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // PendingWrites is how many checkpoints wait for a group-commit slot: tests wait on it instead
 // of sleeping.
 func PendingWrites(s *Store) int {
 	s.group.mu.Lock()
 	defer s.group.mu.Unlock()
 	return len(s.group.pending)
+}
+
+// DeleteInTx runs Delete's work for path in tx, for tests that interleave it with another
+// transaction.
+func DeleteInTx(ctx context.Context, tx pgx.Tx, path string) error {
+	m, err := lockMeta(ctx, tx, path)
+	if err != nil {
+		return err
+	}
+	return removeStream(ctx, tx, m)
 }

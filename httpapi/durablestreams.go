@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"mime"
 	"net/http"
@@ -24,10 +25,12 @@ import (
 )
 
 // The Durable Streams protocol (PROTOCOL.md of durable-streams/durable-streams) under
-// StreamsPrefix, for text content: a stream's bytes are UTF-8 text, and its offsets are our
-// one coordinate, the UTF-16 seq, as a fixed-width zero-padded decimal (which sorts as the
-// protocol requires). Binary content (bytes that are not UTF-8) is refused: it has no UTF-16
-// offsets. Forks and subscriptions are not implemented (see the README).
+// StreamsPrefix. A stream's unit follows its content type: a text or JSON stream's bytes are
+// UTF-8 text, and its offsets are our one coordinate, the UTF-16 seq (the view shows it like any
+// answer); a stream of any other type is a byte stream, offsets in bytes, with no view row.
+// Offsets are fixed-width zero-padded decimals (which sort as the protocol requires). Forks copy
+// their source up to the fork point (checkpoint.Fork). Subscriptions are not implemented (see
+// the README).
 //
 // Every append is committed before it is answered (checkpoint.Protocol), so an acknowledged
 // append is durable; streams are rows, not live producers, so no restart, drain or sweep ever
@@ -144,7 +147,13 @@ func (c *changes) notify(path string) {
 // formatOffset is the protocol offset of seq: 16 zero-padded digits.
 func formatOffset(seq producer.Seq) string { return fmt.Sprintf("%016d", seq) }
 
-var offsetPattern = regexp.MustCompile(`^[0-9]{16}$`)
+// offsetPattern: our 16 digits, or the reference server's two parts of 16 (read sequence, then
+// offset), which clients write by hand for the start (0000000000000000_0000000000000000).
+var offsetPattern = regexp.MustCompile(`^(?:([0-9]{16})_)?([0-9]{16})$`)
+
+// beyondEnd stands for a two-part offset whose first part is not zero: past every stream's
+// end here, so a read or fork there is refused as one past the end.
+const beyondEnd = producer.Seq(math.MaxInt64)
 
 // parseOffset reads an offset parameter: -1 (or absent) is the start, now the tail.
 func parseOffset(raw string, present bool) (seq producer.Seq, now bool, err error) {
@@ -153,8 +162,12 @@ func parseOffset(raw string, present bool) (seq producer.Seq, now bool, err erro
 		return 0, false, nil
 	case raw == "now":
 		return 0, true, nil
-	case offsetPattern.MatchString(raw):
-		n, err := strconv.ParseInt(raw, 10, 64)
+	}
+	if m := offsetPattern.FindStringSubmatch(raw); m != nil {
+		if strings.Trim(m[1], "0") != "" {
+			return beyondEnd, false, nil
+		}
+		n, err := strconv.ParseInt(m[2], 10, 64)
 		return producer.Seq(n), false, err
 	}
 	return 0, false, fmt.Errorf("offset %q is not an offset this server handed out (16 digits), -1 or now", raw)
@@ -172,15 +185,19 @@ func sameType(a, b string) bool { return mediaType(a) == mediaType(b) }
 
 func isJSON(ct string) bool { return mediaType(ct) == "application/json" }
 
-// encodeBody turns a request body into the stream's stored form: the UTF-8 text itself, or for
-// JSON, each message compacted and followed by a comma (an array is flattened one level).
+// encodeBody turns a request body into the stream's stored form: a byte stream's bytes as they
+// are; the UTF-8 text itself; or for JSON, each message compacted and followed by a comma (an
+// array is flattened one level).
 func encodeBody(ct string, body []byte, put bool) (string, error) {
+	if !textual(ct) {
+		return string(body), nil
+	}
 	if bytes.IndexByte(body, 0) >= 0 {
-		return "", errors.New("the body contains a NUL byte, which a text stream cannot hold")
+		return "", errors.New("the body contains a NUL byte, which a text stream cannot hold (a byte stream can: create it with a type that is not text or JSON)")
 	}
 	if !isJSON(ct) {
 		if !utf8.Valid(body) {
-			return "", errors.New("the body is not UTF-8 text: this server stores text streams only (offsets are UTF-16 units)")
+			return "", errors.New("the body is not UTF-8 text, which a " + mediaType(ct) + " stream holds (offsets are UTF-16 units; a byte stream holds any bytes)")
 		}
 		return string(body), nil
 	}
@@ -316,9 +333,23 @@ func (s *Server) serveStreams(w http.ResponseWriter, r *http.Request) {
 func (s *Server) streamError(w http.ResponseWriter, op string, err error) {
 	var closed *checkpoint.StreamClosedError
 	var perr *checkpoint.ProducerError
+	var ferr *checkpoint.ForkError
 	switch {
 	case errors.Is(err, checkpoint.ErrStreamNotFound):
 		streamProblem(w, http.StatusNotFound, "no such stream")
+	case errors.Is(err, checkpoint.ErrStreamExists) && errors.Is(err, checkpoint.ErrStreamGone):
+		streamProblem(w, http.StatusConflict, "this path's stream was deleted while forks of it exist: it cannot be created again until they are gone")
+	case errors.Is(err, checkpoint.ErrStreamGone):
+		streamProblem(w, http.StatusGone, "the stream was deleted; forks of it still exist")
+	case errors.As(err, &ferr):
+		status := http.StatusBadRequest
+		switch {
+		case ferr.NotFound:
+			status = http.StatusNotFound
+		case ferr.Gone:
+			status = http.StatusConflict
+		}
+		streamProblem(w, status, ferr.Reason)
 	case errors.Is(err, checkpoint.ErrStreamExists):
 		streamProblem(w, http.StatusConflict, "a stream with another configuration exists at this path")
 	case errors.As(err, new(*checkpoint.InvalidBodyError)):

@@ -182,6 +182,7 @@ type waiter struct {
 	s        *Server
 	path, id string // the stream's path and message row
 	useView  bool   // false after a view wake that brought nothing (a lagging or stale entry)
+	binary   bool   // a byte stream: no view row to wait on
 	byView   bool   // the last wake came from the view
 }
 
@@ -194,7 +195,7 @@ func (wt *waiter) wait(ctx context.Context, from producer.Seq, deadline <-chan t
 	vctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	viewed := make(chan struct{})
-	if wt.useView {
+	if wt.useView && !wt.binary {
 		go func() {
 			_, err := wt.s.cfg.View.WaitFunc(vctx, wt.id, func(m ivm.Message) bool { return m.Seq > from || m.Status.Terminal() })
 			if err == nil {
@@ -240,7 +241,7 @@ func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path str
 			s.streamError(w, "read stream", err)
 			return
 		}
-		prev = &m
+		prev, wt.binary = &m, m.Binary
 		if end > from {
 			s.writeRead(w, r, path, from, m, text, end, true, false)
 			return
@@ -319,7 +320,7 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, 
 		if err != nil {
 			return // deleted or unreachable: the client reconnects and learns which
 		}
-		prev = &m
+		prev, wt.binary = &m, m.Binary
 		wt.moved(touch || end > from || m.Closed)
 		var b bytes.Buffer
 		upToDate := end >= m.Tail

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -8,7 +9,9 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/producer"
@@ -17,19 +20,37 @@ import (
 // The protocol's writes: create (PUT), append (POST, with idempotent producers), delete.
 
 func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path string, c *who) {
-	if r.Header.Get("Stream-Forked-From") != "" {
-		streamProblem(w, http.StatusNotImplemented, "forks are not implemented")
+	fork, err := s.parseFork(r, c)
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, errForkSourceHidden) {
+			status = http.StatusNotFound // as a missing source answers: a narrowed token learns nothing
+		}
+		streamProblem(w, status, err.Error())
 		return
 	}
 	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		ct = "application/octet-stream"
+	if ct != "" {
+		if _, _, err := mime.ParseMediaType(ct); err != nil {
+			streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %q is not a media type: %v", ct, err))
+			return
+		}
 	}
-	if _, _, err := mime.ParseMediaType(ct); err != nil {
-		streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %q is not a media type: %v", ct, err))
-		return
+	// The body's encoding follows the type: a fork without one takes its source's.
+	bodyType := ct
+	switch {
+	case ct == "" && fork != nil:
+		if src, err := s.cfg.Streams.Head(r.Context(), fork.Source); err == nil {
+			bodyType = src.ContentType
+		} // else the store refuses the fork, and the body is never stored
+	case ct == "":
+		ct, bodyType = "application/octet-stream", "application/octet-stream"
 	}
-	in := checkpoint.CreateStream{Path: path, Owner: c.p.Subject, ContentType: ct, Closed: closedHeader(r), SameType: sameType}
+	in := checkpoint.CreateStream{Path: path, Owner: c.p.Subject, ContentType: ct, Closed: closedHeader(r), SameType: sameType,
+		Binary: !textual(bodyType), Fork: fork}
+	if fork != nil {
+		fork.Cut = cutter(bodyType)
+	}
 	ttl, exp := r.Header.Get(hTTL), r.Header.Get(hExpiresAt)
 	if ttl != "" && exp != "" {
 		streamProblem(w, http.StatusBadRequest, "Stream-TTL and Stream-Expires-At exclude each other")
@@ -55,7 +76,7 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 	if !ok {
 		return
 	}
-	text, err := encodeBody(ct, body, true)
+	text, err := encodeBody(bodyType, body, true)
 	if err != nil {
 		streamProblem(w, http.StatusBadRequest, err.Error())
 		return
@@ -79,6 +100,99 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// Fork headers.
+const (
+	hForkedFrom     = "Stream-Forked-From"
+	hForkOffset     = "Stream-Fork-Offset"
+	hForkSubOffset  = "Stream-Fork-Sub-Offset"
+	maxForkSubRaw   = 16
+	forkSubOffsetRE = `^(0|[1-9][0-9]*)$`
+)
+
+var errForkSourceHidden = errors.New("no such stream to fork")
+
+var subOffsetPattern = regexp.MustCompile(forkSubOffsetRE)
+
+// parseFork reads a create's fork headers: nil without Stream-Forked-From. The source is a
+// stream path as the caller names it (with or without StreamsPrefix), in the caller's tenant.
+func (s *Server) parseFork(r *http.Request, c *who) (*checkpoint.Fork, error) {
+	from, off, sub := r.Header.Get(hForkedFrom), r.Header.Values(hForkOffset), r.Header.Values(hForkSubOffset)
+	if from == "" {
+		if len(off) > 0 || len(sub) > 0 {
+			return nil, errors.New(hForkOffset + " and " + hForkSubOffset + " need " + hForkedFrom)
+		}
+		return nil, nil
+	}
+	src := strings.TrimPrefix(from, StreamsPrefix)
+	if u, err := url.Parse(from); err == nil && u.IsAbs() {
+		src = strings.TrimPrefix(u.Path, StreamsPrefix)
+	}
+	src = strings.TrimPrefix(src, "/")
+	if src == "" || strings.Contains(src, "..") || len(src) > maxStreamPath || unstorable(hForkedFrom, src) != nil {
+		return nil, fmt.Errorf("%s %q does not name a stream", hForkedFrom, from)
+	}
+	if !c.mayTouch(src) {
+		return nil, errForkSourceHidden
+	}
+	f := &checkpoint.Fork{Source: c.key(src)}
+	if len(off) > 0 {
+		seq, now, err := parseOffset(off[0], true)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", hForkOffset, err)
+		}
+		if !now && off[0] != "-1" {
+			f.Offset = &seq
+		}
+		if off[0] == "-1" {
+			f.Offset = new(producer.Seq(0))
+		}
+	}
+	if len(sub) > 0 {
+		n, err := strconv.ParseInt(sub[0], 10, 64)
+		if len(sub[0]) > maxForkSubRaw || !subOffsetPattern.MatchString(sub[0]) || err != nil || n > maxSafeInteger {
+			return nil, fmt.Errorf("%s is a non-negative integer without leading zeros, not %q", hForkSubOffset, sub[0])
+		}
+		if n > 0 && f.Offset == nil {
+			return nil, errors.New(hForkSubOffset + " counts into the append at " + hForkOffset + ", which it needs")
+		}
+		f.SubOffset = n
+	}
+	return f, nil
+}
+
+// cutter cuts an append's stored form after n of the units a sub-offset counts: messages for
+// JSON, bytes otherwise (never inside a UTF-8 character of a text stream).
+func cutter(ct string) func(stored string, n int64) (string, bool) {
+	switch {
+	case isJSON(ct):
+		return func(stored string, n int64) (string, bool) {
+			var msgs []json.RawMessage
+			if err := json.Unmarshal([]byte(decodeText(ct, stored)), &msgs); err != nil || n > int64(len(msgs)) {
+				return "", false
+			}
+			var b strings.Builder
+			for _, m := range msgs[:n] {
+				b.Write(m)
+				b.WriteByte(',')
+			}
+			return b.String(), true
+		}
+	case textual(ct):
+		return func(stored string, n int64) (string, bool) {
+			if n > int64(len(stored)) || (n < int64(len(stored)) && !utf8.RuneStart(stored[n])) {
+				return "", false
+			}
+			return stored[:n], true
+		}
+	}
+	return func(stored string, n int64) (string, bool) {
+		if n > int64(len(stored)) {
+			return "", false
+		}
+		return stored[:n], true
+	}
 }
 
 func streamURL(r *http.Request) string {
@@ -183,7 +297,7 @@ func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path strin
 		}
 	}
 	if !out.Duplicate && !out.AlreadyClosed {
-		s.streamChanges.committed(path, appended{created: out.Created, from: out.Tail - producer.Len16(in.Text), to: out.Tail, text: in.Text, closed: out.Closed})
+		s.streamChanges.committed(path, appended{created: out.Created, from: out.From, to: out.Tail, text: in.Text, closed: out.Closed})
 	}
 	w.WriteHeader(status)
 }

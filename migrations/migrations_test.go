@@ -106,7 +106,13 @@ func TestMigrateMovesAnOlderInstall(t *testing.T) {
 
 	applied, err = migrations.Migrate(ctx, conn)
 	require.NoError(t, err)
-	require.Equal(t, []int{4, 5}, applied, "1 to 3 were recognised from the old table")
+	all, err := migrations.All()
+	require.NoError(t, err)
+	var later []int
+	for _, m := range all[3:] {
+		later = append(later, m.Version)
+	}
+	require.Equal(t, later, applied, "1 to 3 were recognised from the old table")
 	var old *string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations')::text").Scan(&old))
 	require.Nil(t, old, "our old table is gone once moved")

@@ -1,6 +1,6 @@
 // Runs the Durable Streams conformance suite (@durable-streams/server-conformance-tests) against
 // rindled, built from this repository and started on a private PostgreSQL cluster, and prints
-// passed / failed / skipped. Exits non-zero below the floor (--floor N, default 228).
+// passed / failed / skipped. Exits non-zero below the floor (--floor N, default 332).
 //
 // Auth stays on in rindled: this harness mints a producer and admin token (the suite deletes streams) with `rindled token` and puts a
 // small proxy in front that adds it to every request, as an API gateway would.
@@ -24,7 +24,7 @@ const flag = (name, def) => {
 };
 const reference = args.includes("--reference");
 const keep = args.includes("--keep");
-const floor = Number(flag("--floor", reference ? "0" : "228"));
+const floor = Number(flag("--floor", reference ? "0" : "332"));
 const longPollMs = Number(flag("--long-poll-ms", "10000"));
 
 // rindled starts rindled (tools/rindled.mjs) with CORS on for any origin (the suite checks
