@@ -81,6 +81,19 @@ func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string,
 		streamProblem(w, http.StatusBadRequest, "the offset is past the stream's end")
 		return
 	}
+	if isJSON(m.ContentType) && from > 0 && from < m.Tail {
+		// A JSON read starts at a message's boundary (every offset this server hands out is
+		// one): from inside a message its body would not be JSON. One append says which.
+		_, first, _, err := s.cfg.Streams.Read(r.Context(), path, from, 1, false)
+		if err != nil {
+			s.streamError(w, "read stream", err)
+			return
+		}
+		if first != "" && !json.Valid([]byte(decodeText(m.ContentType, first))) {
+			streamProblem(w, http.StatusBadRequest, "the offset is inside a JSON message: read from an offset this server handed out")
+			return
+		}
+	}
 	if live != "" {
 		release, err := s.waiting.acquire(c.subject())
 		if err != nil {

@@ -70,6 +70,10 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 			streamProblem(w, http.StatusBadRequest, "Stream-Expires-At must be an RFC 3339 time")
 			return
 		}
+		if !t.After(time.Now()) {
+			streamProblem(w, http.StatusBadRequest, "Stream-Expires-At is not in the future: the stream would be gone as it was made")
+			return
+		}
 		in.ExpiresAt = &t
 	}
 	body, ok := s.readBody(w, r)
@@ -267,6 +271,10 @@ func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path strin
 	} else {
 		if ct == "" {
 			streamProblem(w, http.StatusBadRequest, "an append needs a Content-Type")
+			return
+		}
+		if _, _, err := mime.ParseMediaType(ct); err != nil {
+			streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %q is not a media type: %v", ct, err))
 			return
 		}
 		// Encoded by the request's type: when it is not the stream's, the store refuses it

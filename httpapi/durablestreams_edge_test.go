@@ -1,0 +1,39 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 22, item 4: what an outside run found the protocol accepting, and what each gets now.
+func TestStreamsRefuseWhatTheyCannotHonour(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serveStreams(t, w)
+	prod := token(t, "svc", "producer")
+
+	h := text("text/plain")
+	h.Set("Stream-Expires-At", "2020-01-01T00:00:00Z")
+	r := c.ds("PUT", "/v1/stream/past", prod, h, "x")
+	require.Equal(t, http.StatusBadRequest, r.status, "a create already expired is refused, not answered 201 and then 404")
+	require.Contains(t, r.body, "not in the future")
+	require.Equal(t, http.StatusNotFound, c.ds("HEAD", "/v1/stream/past", prod, nil, "").status, "and made nothing")
+
+	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/ok", prod, text("text/plain"), "x").status)
+	r = c.ds("POST", "/v1/stream/ok", prod, text("text/plain; ===="), "y")
+	require.Equal(t, http.StatusBadRequest, r.status, "an append's malformed content type is refused")
+	require.Contains(t, r.body, "not a media type")
+	require.Equal(t, "x", c.ds("GET", "/v1/stream/ok", prod, nil, "").body, "and appended nothing")
+
+	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/j", prod, text("application/json"), `[{"a":1},{"b":"x"}]`).status)
+	r = c.ds("GET", "/v1/stream/j?offset=0000000000000003", prod, nil, "")
+	require.Equal(t, http.StatusBadRequest, r.status, "a JSON read from inside a message: %s", r.body)
+	require.Contains(t, r.body, "inside a JSON message")
+	r = c.ds("GET", "/v1/stream/j?offset=0000000000000008", prod, nil, "")
+	require.Equal(t, http.StatusOK, r.status, "a message boundary inside an append is a boundary")
+	require.JSONEq(t, `[{"b":"x"}]`, r.body)
+	r = c.ds("GET", "/v1/stream/j?offset=0000000000000003&live=long-poll", prod, nil, "")
+	require.Equal(t, http.StatusBadRequest, r.status, "live reads too")
+}
