@@ -687,12 +687,68 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 		}
 		if in.Producer != nil {
 			if _, err := tx.Exec(ctx, `INSERT INTO ds_producers (path, producer_id, epoch, last_seq) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (path, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, last_seq = EXCLUDED.last_seq`,
+				ON CONFLICT (path, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, last_seq = EXCLUDED.last_seq, updated_at = now()`,
 				in.Path, in.Producer.ID, in.Producer.Epoch, in.Producer.Seq); err != nil {
 				return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
 			}
 		}
 		out.Tail, out.Closed = tail, in.Close
+		return nil
+	})
+	return out, err
+}
+
+// Reaped is what one Reap removed.
+type Reaped struct {
+	// Streams: expired streams removed (soft-deleted when forks of them live), and
+	// soft-deleted ones no fork holds any more.
+	Streams int
+	// Producers: idempotent producers' state rows idle past the window.
+	Producers int
+}
+
+// Reap removes up to batch expired streams, as a delete does, and up to batch producer state
+// rows idle longer than producerIdle (0 keeps them). Without it an expired stream goes only when
+// next touched. Rows another transaction holds are skipped (SKIP LOCKED), so several instances
+// reap at once without waiting on each other or on appends; a caller repeats while a batch
+// comes back full.
+func (p *Protocol) Reap(ctx context.Context, batch int, producerIdle time.Duration) (Reaped, error) {
+	var out Reaped
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		out = Reaped{}
+		rows, err := tx.Query(ctx, `SELECT d.path FROM ds_streams d
+			WHERE (d.deleted_at IS NULL AND ((d.ttl_seconds IS NOT NULL AND d.accessed_at + make_interval(secs => d.ttl_seconds) <= now())
+				OR (d.expires_at IS NOT NULL AND d.expires_at <= now())))
+			OR (d.deleted_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ds_streams c WHERE c.forked_from = d.path))
+			ORDER BY d.path LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
+		if err != nil {
+			return fmt.Errorf("checkpoint: reap streams: %w", err)
+		}
+		paths, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("checkpoint: reap streams: %w", err)
+		}
+		for _, path := range paths {
+			m, _, _, err := scanMeta(tx.QueryRow(ctx, `SELECT `+metaColumns, path))
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // collected with a fork reaped before it in this batch
+			}
+			if err != nil {
+				return fmt.Errorf("checkpoint: reap stream %s: %w", path, err)
+			}
+			if err := removeStream(ctx, tx, m); err != nil {
+				return err
+			}
+			out.Streams++
+		}
+		if producerIdle > 0 {
+			tag, err := tx.Exec(ctx, `DELETE FROM ds_producers WHERE (path, producer_id) IN (SELECT path, producer_id FROM ds_producers
+				WHERE updated_at < now() - make_interval(secs => $1) LIMIT $2 FOR UPDATE SKIP LOCKED)`, producerIdle.Seconds(), batch)
+			if err != nil {
+				return fmt.Errorf("checkpoint: reap producers: %w", err)
+			}
+			out.Producers = int(tag.RowsAffected())
+		}
 		return nil
 	})
 	return out, err

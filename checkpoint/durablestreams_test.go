@@ -3,7 +3,9 @@ package checkpoint_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -60,4 +62,72 @@ func TestForkDeletesThatOverlapCollectTheirSource(t *testing.T) {
 	require.NoError(t, second)
 	_, err = p.Head(ctx, "src")
 	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound, "the later delete collected the source")
+}
+
+// Issue 22, retention: the reaper removes expired streams in bounded batches (a soft-deleted
+// source goes with its last fork), and producer state idle past the window, and nothing else.
+func TestReapRemovesExpiredStreamsAndIdleProducers(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	p, err := checkpoint.NewProtocol(db.Pool)
+	require.NoError(t, err)
+	same := func(a, b string) bool { return a == b }
+	zero, hour := int64(0), int64(3600)
+	create := func(path string, ttl *int64, fork *checkpoint.Fork) {
+		t.Helper()
+		ct := "text/plain"
+		if fork != nil {
+			ct = ""
+		}
+		_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, TTL: ttl, Text: "x", SameType: same, Fork: fork})
+		require.NoError(t, err)
+	}
+	for _, path := range []string{"e1", "e2", "e3"} {
+		create(path, &zero, nil) // a TTL of 0 s has lapsed as soon as it is made
+	}
+	create("kept", &hour, nil)
+	create("src", &hour, nil)
+	create("src-fork", &zero, &checkpoint.Fork{Source: "src"})
+	require.NoError(t, p.Delete(ctx, "src"))
+	_, err = p.Head(ctx, "src")
+	require.ErrorIs(t, err, checkpoint.ErrStreamGone, "held by its (expired, unreaped) fork")
+
+	for i, id := range []string{"old", "new"} {
+		_, err := p.Append(ctx, checkpoint.AppendStream{Path: "kept", ContentType: "text/plain", Text: id, SameType: same,
+			Producer: &checkpoint.ProducerRef{ID: id}})
+		require.NoError(t, err, i)
+	}
+	_, err = db.Pool.Exec(ctx, "UPDATE ds_producers SET updated_at = now() - interval '2 hours' WHERE producer_id = 'old'")
+	require.NoError(t, err)
+
+	got, err := p.Reap(ctx, 2, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, checkpoint.Reaped{Streams: 2, Producers: 1}, got, "a batch is bounded")
+	got, err = p.Reap(ctx, 2, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, checkpoint.Reaped{Streams: 2}, got, "e3 and src-fork, which collects src")
+	got, err = p.Reap(ctx, 2, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, checkpoint.Reaped{}, got)
+
+	var paths []string
+	rows, err := db.Pool.Query(ctx, "SELECT path FROM ds_streams ORDER BY path")
+	require.NoError(t, err)
+	paths, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"kept"}, paths)
+	var producers []string
+	rows, err = db.Pool.Query(ctx, "SELECT producer_id FROM ds_producers")
+	require.NoError(t, err)
+	producers, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"new"}, producers)
+	var messages int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM messages").Scan(&messages))
+	require.Equal(t, 1, messages, "the reaped text streams' messages rows went with them")
+
+	got, err = p.Reap(ctx, 10, 0)
+	require.NoError(t, err)
+	require.Zero(t, got.Producers, "a window of 0 keeps producer state")
 }

@@ -38,3 +38,8 @@ CREATE TABLE ds_bytes (
     data bytea  NOT NULL,
     PRIMARY KEY (path, seq)
 );
+
+-- Retention: an idempotent producer's state is pruned once idle past the server's window (the
+-- reaper), so a long-lived stream does not keep every producer that ever wrote to it.
+ALTER TABLE ds_producers ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now();
+CREATE INDEX ds_producers_updated_at ON ds_producers (updated_at);

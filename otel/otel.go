@@ -182,13 +182,14 @@ type Instruments struct {
 	subscribers        metric.Int64UpDownCounter
 	staleDrops         metric.Int64Counter
 	keyFetchFailures   metric.Int64Counter
+	reaped             metric.Int64Counter
 }
 
 // NewInstruments creates the instruments on mp and a tracer on tp.
 func NewInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*Instruments, error) {
 	m := mp.Meter(ScopeName)
 	i := &Instruments{tracer: tp.Tracer(ScopeName), meter: m}
-	var errs [9]error
+	var errs [10]error
 	i.durabilityLag, errs[0] = m.Float64Histogram("rindle.durability.lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a character's production to the store confirming it (the oldest character of each checkpoint)."),
 		metric.WithExplicitBucketBoundaries(lagBuckets...))
@@ -208,12 +209,14 @@ func NewInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*Instrume
 		metric.WithDescription("Readers dropped with stale for not draining their queue."))
 	i.keyFetchFailures, errs[8] = m.Int64Counter("rindle.auth.key_fetch.failures",
 		metric.WithDescription("Failed fetches of an identity provider's key set (JWKS), by configured issuer name."))
+	i.reaped, errs[9] = m.Int64Counter("rindle.streams.reaped",
+		metric.WithDescription("Durable Streams rows the reaper removed, by kind: stream (expired, or soft-deleted with no fork left) or producer (idle state)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("otel: instruments: %w", err)
 	}
 	// Every counter exports 0 from the start, not only after its first increment: an alert on
 	// rate() or absent() needs the series before anything has happened.
-	for _, c := range []metric.Int64Counter{i.checkpointFailures, i.staleDrops} {
+	for _, c := range []metric.Int64Counter{i.checkpointFailures, i.staleDrops, i.reaped} {
 		c.Add(context.Background(), 0)
 	}
 	for _, c := range []metric.Int64UpDownCounter{i.liveStreams, i.subscribers} {
@@ -289,6 +292,16 @@ func (i *Instruments) ObserveCheckpoint(info producer.CheckpointInfo) {
 	i.checkpointDuration.Record(ctx, info.Duration.Seconds(), attrs)
 	if info.Lag > 0 {
 		i.durabilityLag.Record(ctx, info.Lag.Seconds(), attrs)
+	}
+}
+
+// ObserveReaped counts what one round of the Durable Streams reaper removed.
+func (i *Instruments) ObserveReaped(streams, producers int) {
+	if streams > 0 {
+		i.reaped.Add(context.Background(), int64(streams), metric.WithAttributes(attribute.String("kind", "stream")))
+	}
+	if producers > 0 {
+		i.reaped.Add(context.Background(), int64(producers), metric.WithAttributes(attribute.String("kind", "producer")))
 	}
 }
 

@@ -39,6 +39,7 @@ type settings struct {
 	corsOrigins, debugAddr, secretFile, logFormat, issuersFile, otlpMetrics string
 	logLevel                                                                slog.Level
 	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
+	streamsReapInterval, streamsProducerRetention                           time.Duration
 	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout          time.Duration
 	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject int
 	getenv                                                                  func(string) string // the environment parse read
@@ -110,6 +111,8 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.IntVar(&s.dbMaxConns, "db-max-conns", max(16, 4*runtime.NumCPU()), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
 	fs.IntVar(&s.checkpointChars, "checkpoint-chars", DefaultCheckpointChars, "pending UTF-16 units that force a checkpoint; the 750ms interval forces one anyway [RINDLE_CHECKPOINT_CHARS]")
 	fs.DurationVar(&s.streamsLongPoll, "streams-long-poll", httpapi.DefaultStreamsLongPoll, "how long a Durable Streams long-poll waits for data before 204 [RINDLE_STREAMS_LONG_POLL]")
+	fs.DurationVar(&s.streamsReapInterval, "streams-reap-interval", DefaultStreamsReapInterval, "how often (with 20% jitter) this instance removes expired Durable Streams streams and idle producer state; 0 leaves them until next touched [RINDLE_STREAMS_REAP_INTERVAL]")
+	fs.DurationVar(&s.streamsProducerRetention, "streams-producer-retention", DefaultStreamsProducerRetention, "how long an idempotent producer's state outlives its last append; past it the producer starts again at seq 0; 0 keeps it for the stream's life [RINDLE_STREAMS_PRODUCER_RETENTION]")
 	fs.DurationVar(&s.connectTimeout, "connect-timeout", cdc.DefaultConnectTimeout, "bound on every connection attempt to PostgreSQL (a connect_timeout in the URL wins) [RINDLE_CONNECT_TIMEOUT]")
 	fs.DurationVar(&s.streamIdleTimeout, "stream-idle-timeout", producer.DefaultIdleTimeout, "a live stream with no text pushed for this long is sealed interrupted with what it took [RINDLE_STREAM_IDLE_TIMEOUT]")
 	fs.DurationVar(&s.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection stays open [RINDLE_IDLE_TIMEOUT]")
@@ -121,6 +124,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	// malformed one is an error naming the variable, never a silent default; flags still win.
 	for flagName, k := range map[string]string{"lease-ttl": "RINDLE_LEASE_TTL", "db-max-conns": "RINDLE_DB_MAX_CONNS", "connect-timeout": "RINDLE_CONNECT_TIMEOUT",
 		"streams-long-poll": "RINDLE_STREAMS_LONG_POLL", "checkpoint-chars": "RINDLE_CHECKPOINT_CHARS",
+		"streams-reap-interval": "RINDLE_STREAMS_REAP_INTERVAL", "streams-producer-retention": "RINDLE_STREAMS_PRODUCER_RETENTION",
 		"drain-timeout": "RINDLE_DRAIN_TIMEOUT", "log-level": "RINDLE_LOG_LEVEL",
 		"idle-timeout": "RINDLE_IDLE_TIMEOUT", "stream-idle-timeout": "RINDLE_STREAM_IDLE_TIMEOUT", "body-timeout": "RINDLE_BODY_TIMEOUT", "ingest-idle-timeout": "RINDLE_INGEST_IDLE_TIMEOUT",
 		"max-event-streams": "RINDLE_MAX_EVENT_STREAMS", "max-event-streams-per-subject": "RINDLE_MAX_EVENT_STREAMS_PER_SUBJECT"} {
@@ -180,6 +184,11 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	for name, v := range map[string]time.Duration{"idle-timeout": s.idleTimeout, "stream-idle-timeout": s.streamIdleTimeout, "body-timeout": s.bodyTimeout, "ingest-idle-timeout": s.ingestIdleTimeout} {
 		if v <= 0 {
 			return nil, fmt.Errorf("-%s %s: want a positive duration", name, v)
+		}
+	}
+	for name, v := range map[string]time.Duration{"streams-reap-interval": s.streamsReapInterval, "streams-producer-retention": s.streamsProducerRetention} {
+		if v < 0 {
+			return nil, fmt.Errorf("-%s %s: want 0 (off) or a positive duration", name, v)
 		}
 	}
 	switch s.demo {

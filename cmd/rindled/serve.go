@@ -273,6 +273,15 @@ func (in *server) httpHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if in.s.streamsReapInterval > 0 {
+		rctx, stopReaper := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			reapStreams(rctx, streams, in.s.streamsReapInterval, in.s.streamsProducerRetention, in.tel.Instruments, in.logger)
+		}()
+		in.onStop(func() { stopReaper(); <-done })
+	}
 	// The verifier's key sets refresh until the server stops.
 	vctx, stopKeys := context.WithCancel(context.Background())
 	in.onStop(stopKeys)
