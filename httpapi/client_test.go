@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite client/openapi.json and client/
 func TestGeneratedClientDrivesTheAPI(t *testing.T) {
 	t.Parallel()
 	w := setup(t)
-	c := serve(t, w)
+	c := serveStreams(t, w) // with the protocol, which the document describes too
 	ctx := t.Context()
 
 	// Both served documents are committed: the generators read them, and CI lints them.
@@ -114,4 +114,21 @@ func TestGeneratedClientDrivesTheAPI(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, forbidden.StatusCode())
 	require.NotNil(t, forbidden.ApplicationproblemJSON403, "problem details decode as the documented error model")
+
+	// The Durable Streams protocol is in the document too: a generated client creates, forks
+	// and reads a stream with it.
+	src, forked := "gen-src", "gen-fork"
+	made, err := prod.StreamCreateWithBodyWithResponse(ctx, src, &apiclient.StreamCreateParams{}, "text/plain", strings.NewReader("generated"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, made.StatusCode(), string(made.Body))
+	source := src
+	made, err = prod.StreamCreateWithBodyWithResponse(ctx, forked, &apiclient.StreamCreateParams{StreamForkedFrom: &source}, "text/plain", strings.NewReader(" fork"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, made.StatusCode(), string(made.Body))
+	start := "-1"
+	read, err := prod.StreamReadWithResponse(ctx, forked, &apiclient.StreamReadParams{Offset: &start})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, read.StatusCode())
+	require.Equal(t, "generated fork", string(read.Body))
+	require.Equal(t, "0000000000000014", read.HTTPResponse.Header.Get("Stream-Next-Offset"))
 }

@@ -232,6 +232,9 @@ func New(cfg Config) (*Server, error) {
 	s.registerReaderRoutes()
 	s.registerEvents()
 	s.registerIngest()
+	if s.cfg.Streams != nil {
+		s.registerStreamsDoc()
+	}
 	s.registerDocs()
 	if s.cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.cfg.Metrics)
@@ -245,11 +248,11 @@ func New(cfg Config) (*Server, error) {
 			AllowedOrigins: cfg.AllowedOrigins,
 			AllowedMethods: []string{http.MethodGet, http.MethodPost, http.MethodHead, http.MethodPut, http.MethodDelete},
 			AllowedHeaders: []string{"Authorization", TenantHeader, "Content-Type", "Last-Event-ID", hSeq, hTTL, hExpiresAt, hClosed,
-				hProducerID, hProducerEpoch, hProducerSeq, "If-None-Match"},
+				hProducerID, hProducerEpoch, hProducerSeq, hForkedFrom, hForkOffset, hForkSubOffset, "If-None-Match"},
 			// What clients read from answers: the producing instance, when to retry, why a
 			// token was refused, and the Durable Streams protocol's headers.
 			ExposedHeaders: []string{HostHeader, "Retry-After", "WWW-Authenticate", hNextOffset, hUpToDate, hClosed, hCursor,
-				hTTL, hExpiresAt, hProducerEpoch, hProducerSeq, "Producer-Expected-Seq", "Producer-Received-Seq", "ETag", "Location"},
+				hTTL, hExpiresAt, hProducerEpoch, hProducerSeq, "Producer-Expected-Seq", "Producer-Received-Seq", "ETag", "Location", "Stream-SSE-Data-Encoding"},
 			MaxAge: 600,
 		}).Handler(h)
 	}

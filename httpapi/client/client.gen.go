@@ -162,6 +162,24 @@ func (e ViewOutputBodyStatus) Valid() bool {
 	}
 }
 
+// Defines values for StreamReadParamsLive.
+const (
+	LongPoll StreamReadParamsLive = "long-poll"
+	Sse      StreamReadParamsLive = "sse"
+)
+
+// Valid indicates whether the value is a known member of the StreamReadParamsLive enum.
+func (e StreamReadParamsLive) Valid() bool {
+	switch e {
+	case LongPoll:
+		return true
+	case Sse:
+		return true
+	default:
+		return false
+	}
+}
+
 // AbsentFrame Nothing to serve here. The last frame.
 type AbsentFrame struct {
 	Type AbsentFrameType `json:"type"`
@@ -373,6 +391,69 @@ type ViewOutputBody struct {
 
 // ViewOutputBodyStatus defines model for ViewOutputBody.Status.
 type ViewOutputBodyStatus string
+
+// StreamReadParams defines parameters for StreamRead.
+type StreamReadParams struct {
+	// Offset Where to read from: an offset this server handed out, -1, or now.
+	Offset *string `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Live long-poll or sse.
+	Live *StreamReadParamsLive `form:"live,omitempty" json:"live,omitempty"`
+
+	// Cursor The last Stream-Cursor this client saw.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// IfNoneMatch An ETag from an earlier answer for the same range: 304 when nothing changed.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+}
+
+// StreamReadParamsLive defines parameters for StreamRead.
+type StreamReadParamsLive string
+
+// StreamAppendParams defines parameters for StreamAppend.
+type StreamAppendParams struct {
+	// ContentType The stream's content type (required with a body).
+	ContentType *string `json:"Content-Type,omitempty"`
+
+	// StreamSeq A writer sequence that must sort above the last one (at most 256 bytes).
+	StreamSeq *string `json:"Stream-Seq,omitempty"`
+
+	// StreamClosed true closes the stream after this append.
+	StreamClosed *string `json:"Stream-Closed,omitempty"`
+
+	// ProducerId An idempotent producer's id.
+	ProducerId *string `json:"Producer-Id,omitempty"`
+
+	// ProducerEpoch Its epoch.
+	ProducerEpoch *string `json:"Producer-Epoch,omitempty"`
+
+	// ProducerSeq Its sequence number.
+	ProducerSeq *string `json:"Producer-Seq,omitempty"`
+}
+
+// StreamCreateParams defines parameters for StreamCreate.
+type StreamCreateParams struct {
+	// ContentType The stream's content type (default application/octet-stream; a fork's default is its source's).
+	ContentType *string `json:"Content-Type,omitempty"`
+
+	// StreamTTL A sliding time-to-live in seconds (excludes Stream-Expires-At).
+	StreamTTL *string `json:"Stream-TTL,omitempty"`
+
+	// StreamExpiresAt An absolute expiry, RFC 3339, in the future (excludes Stream-TTL).
+	StreamExpiresAt *string `json:"Stream-Expires-At,omitempty"`
+
+	// StreamClosed true creates the stream closed.
+	StreamClosed *string `json:"Stream-Closed,omitempty"`
+
+	// StreamForkedFrom The source stream's path (with or without /v1/stream/).
+	StreamForkedFrom *string `json:"Stream-Forked-From,omitempty"`
+
+	// StreamForkOffset An offset of the source this server handed out (an append's boundary).
+	StreamForkOffset *string `json:"Stream-Fork-Offset,omitempty"`
+
+	// StreamForkSubOffset Bytes (whole UTF-8 characters in a text stream) or JSON messages into the append at the fork offset.
+	StreamForkSubOffset *string `json:"Stream-Fork-Sub-Offset,omitempty"`
+}
 
 // GetStreamParams defines parameters for GetStream.
 type GetStreamParams struct {
@@ -759,6 +840,43 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/messages (the `CreateMessage` operationId).
 	CreateMessage(ctx context.Context, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// StreamDelete Delete a stream
+	//
+	// Deletes the stream and its data. A stream that forks of it still exist is soft-deleted: 410 from then on, until its last fork goes. Needs the admin scope.
+	//
+	// Corresponds with DELETE /v1/stream/{path} (the `StreamDelete` operationId).
+	StreamDelete(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StreamRead Read a stream: catch-up, long-poll or SSE
+	//
+	// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
+	//
+	// Corresponds with GET /v1/stream/{path} (the `StreamRead` operationId).
+	StreamRead(ctx context.Context, path string, params *StreamReadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StreamHead A stream's metadata
+	//
+	// Corresponds with HEAD /v1/stream/{path} (the `StreamHead` operationId).
+	StreamHead(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StreamAppendWithBody Append to a stream (or close it)
+	//
+	// Appends the body, committed before the answer. Producer-Id, Producer-Epoch and Producer-Seq make the append idempotent (exactly once across retries and restarts); Stream-Seq must increase; Stream-Closed: true closes the stream (with or without a body). Needs the producer scope.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/stream/{path} (the `StreamAppend` operationId).
+	StreamAppendWithBody(ctx context.Context, path string, params *StreamAppendParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StreamCreateWithBody Create a stream, or fork one
+	//
+	// Creates the stream (201), or confirms one with the same configuration (200). The content type fixes the unit: text/* and application/json make a text stream (UTF-8, offsets in UTF-16 units, shown by the view), any other type a byte stream (offsets in bytes, no view row). With Stream-Forked-From the stream is a fork: a copy of the source up to Stream-Fork-Offset (default: its end) plus Stream-Fork-Sub-Offset bytes (JSON: messages) of the append there; it inherits the source's type and expiry unless given. Needs the producer scope.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/stream/{path} (the `StreamCreate` operationId).
+	StreamCreateWithBody(ctx context.Context, path string, params *StreamCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetStream The durable view; with wait, a long-poll until seq passes after or the stream ends
 	//
 	// Without `wait`, answers at once. With it, waits (up to the server's cap) until the durable length passes `after` or the status is terminal, then answers; at the deadline it answers the view unchanged.
@@ -899,6 +1017,93 @@ func (c *Client) CreateMessageWithBody(ctx context.Context, contentType string, 
 // Corresponds with POST /v1/messages (the `CreateMessage` operationId).
 func (c *Client) CreateMessage(ctx context.Context, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateMessageRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamDelete Delete a stream
+//
+// Deletes the stream and its data. A stream that forks of it still exist is soft-deleted: 410 from then on, until its last fork goes. Needs the admin scope.
+//
+// Corresponds with DELETE /v1/stream/{path} (the `StreamDelete` operationId).
+func (c *Client) StreamDelete(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamDeleteRequest(c.Server, path)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamRead Read a stream: catch-up, long-poll or SSE
+//
+// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
+//
+// Corresponds with GET /v1/stream/{path} (the `StreamRead` operationId).
+func (c *Client) StreamRead(ctx context.Context, path string, params *StreamReadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamReadRequest(c.Server, path, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamHead A stream's metadata
+//
+// Corresponds with HEAD /v1/stream/{path} (the `StreamHead` operationId).
+func (c *Client) StreamHead(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamHeadRequest(c.Server, path)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamAppendWithBody Append to a stream (or close it)
+//
+// Appends the body, committed before the answer. Producer-Id, Producer-Epoch and Producer-Seq make the append idempotent (exactly once across retries and restarts); Stream-Seq must increase; Stream-Closed: true closes the stream (with or without a body). Needs the producer scope.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/stream/{path} (the `StreamAppend` operationId).
+func (c *Client) StreamAppendWithBody(ctx context.Context, path string, params *StreamAppendParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamAppendRequestWithBody(c.Server, path, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamCreateWithBody Create a stream, or fork one
+//
+// Creates the stream (201), or confirms one with the same configuration (200). The content type fixes the unit: text/* and application/json make a text stream (UTF-8, offsets in UTF-16 units, shown by the view), any other type a byte stream (offsets in bytes, no view row). With Stream-Forked-From the stream is a fork: a copy of the source up to Stream-Fork-Offset (default: its end) plus Stream-Fork-Sub-Offset bytes (JSON: messages) of the append there; it inherits the source's type and expiry unless given. Needs the producer scope.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/stream/{path} (the `StreamCreate` operationId).
+func (c *Client) StreamCreateWithBody(ctx context.Context, path string, params *StreamCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamCreateRequestWithBody(c.Server, path, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1194,6 +1399,397 @@ func NewCreateMessageRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewStreamDeleteRequest constructs an http.Request for the StreamDelete method
+func NewStreamDeleteRequest(server string, path string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stream/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStreamReadRequest constructs an http.Request for the StreamRead method
+func NewStreamReadRequest(server string, path string, params *StreamReadParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stream/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Live != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "live", *params.Live, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewStreamHeadRequest constructs an http.Request for the StreamHead method
+func NewStreamHeadRequest(server string, path string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stream/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStreamAppendRequestWithBody constructs an http.Request for the StreamAppend method, with any body, and a specified content type
+func NewStreamAppendRequestWithBody(server string, path string, params *StreamAppendParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stream/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.ContentType != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Content-Type", *params.ContentType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Content-Type", headerParam0)
+		}
+
+		if params.StreamSeq != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Stream-Seq", *params.StreamSeq, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Stream-Seq", headerParam1)
+		}
+
+		if params.StreamClosed != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Stream-Closed", *params.StreamClosed, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Stream-Closed", headerParam2)
+		}
+
+		if params.ProducerId != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "Producer-Id", *params.ProducerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Producer-Id", headerParam3)
+		}
+
+		if params.ProducerEpoch != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "Producer-Epoch", *params.ProducerEpoch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Producer-Epoch", headerParam4)
+		}
+
+		if params.ProducerSeq != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "Producer-Seq", *params.ProducerSeq, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Producer-Seq", headerParam5)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewStreamCreateRequestWithBody constructs an http.Request for the StreamCreate method, with any body, and a specified content type
+func NewStreamCreateRequestWithBody(server string, path string, params *StreamCreateParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stream/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.ContentType != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Content-Type", *params.ContentType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Content-Type", headerParam0)
+		}
+
+		if params.StreamTTL != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Stream-TTL", *params.StreamTTL, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Stream-TTL", headerParam1)
+		}
+
+		if params.StreamExpiresAt != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Stream-Expires-At", *params.StreamExpiresAt, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Stream-Expires-At", headerParam2)
+		}
+
+		if params.StreamClosed != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "Stream-Closed", *params.StreamClosed, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Stream-Closed", headerParam3)
+		}
+
+		if params.StreamForkedFrom != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "Stream-Forked-From", *params.StreamForkedFrom, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Stream-Forked-From", headerParam4)
+		}
+
+		if params.StreamForkOffset != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "Stream-Fork-Offset", *params.StreamForkOffset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Stream-Fork-Offset", headerParam5)
+		}
+
+		if params.StreamForkSubOffset != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "Stream-Fork-Sub-Offset", *params.StreamForkSubOffset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Stream-Fork-Sub-Offset", headerParam6)
+		}
+
+	}
 
 	return req, nil
 }
@@ -1701,6 +2297,49 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/messages (the `CreateMessage` operationId).
 	CreateMessageWithResponse(ctx context.Context, body CreateMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateMessageResponse, error)
 
+	// StreamDeleteWithResponse Delete a stream
+	//
+	// Deletes the stream and its data. A stream that forks of it still exist is soft-deleted: 410 from then on, until its last fork goes. Needs the admin scope.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/stream/{path} (the `StreamDelete` operationId).
+	StreamDeleteWithResponse(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*StreamDeleteResponse, error)
+
+	// StreamReadWithResponse Read a stream: catch-up, long-poll or SSE
+	//
+	// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/stream/{path} (the `StreamRead` operationId).
+	StreamReadWithResponse(ctx context.Context, path string, params *StreamReadParams, reqEditors ...RequestEditorFn) (*StreamReadResponse, error)
+
+	// StreamHeadWithResponse A stream's metadata
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /v1/stream/{path} (the `StreamHead` operationId).
+	StreamHeadWithResponse(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*StreamHeadResponse, error)
+
+	// StreamAppendWithBodyWithResponse Append to a stream (or close it)
+	//
+	// Appends the body, committed before the answer. Producer-Id, Producer-Epoch and Producer-Seq make the append idempotent (exactly once across retries and restarts); Stream-Seq must increase; Stream-Closed: true closes the stream (with or without a body). Needs the producer scope.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/stream/{path} (the `StreamAppend` operationId).
+	StreamAppendWithBodyWithResponse(ctx context.Context, path string, params *StreamAppendParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StreamAppendResponse, error)
+
+	// StreamCreateWithBodyWithResponse Create a stream, or fork one
+	//
+	// Creates the stream (201), or confirms one with the same configuration (200). The content type fixes the unit: text/* and application/json make a text stream (UTF-8, offsets in UTF-16 units, shown by the view), any other type a byte stream (offsets in bytes, no view row). With Stream-Forked-From the stream is a fork: a copy of the source up to Stream-Fork-Offset (default: its end) plus Stream-Fork-Sub-Offset bytes (JSON: messages) of the append there; it inherits the source's type and expiry unless given. Needs the producer scope.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/stream/{path} (the `StreamCreate` operationId).
+	StreamCreateWithBodyWithResponse(ctx context.Context, path string, params *StreamCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StreamCreateResponse, error)
+
 	// GetStreamWithResponse The durable view; with wait, a long-poll until seq passes after or the stream ends
 	//
 	// Without `wait`, answers at once. With it, waits (up to the server's cap) until the durable length passes `after` or the status is terminal, then answers; at the deadline it answers the view unchanged.
@@ -1977,6 +2616,476 @@ func (r CreateMessageResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CreateMessageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type StreamDeleteResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamDeleteResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamDeleteResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamDeleteResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StreamDeleteResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r StreamDeleteResponse) GetApplicationproblemJSON410() *ErrorModel {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamDeleteResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamDeleteResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamDeleteResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamDeleteResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamDeleteResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StreamReadResponse200Headers the declared response headers of an HTTP 200 response for StreamRead
+type StreamReadResponse200Headers struct {
+	ETag                  *string
+	StreamClosed          *string
+	StreamCursor          *string
+	StreamExpiresAt       *string
+	StreamNextOffset      *string
+	StreamSSEDataEncoding *string
+	StreamTTL             *string
+	StreamUpToDate        *string
+}
+
+// StreamReadResponse204Headers the declared response headers of an HTTP 204 response for StreamRead
+type StreamReadResponse204Headers struct {
+	StreamClosed     *string
+	StreamCursor     *string
+	StreamNextOffset *string
+	StreamUpToDate   *string
+}
+
+type StreamReadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *StreamReadResponse200Headers
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *StreamReadResponse204Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamReadResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamReadResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StreamReadResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r StreamReadResponse) GetApplicationproblemJSON410() *ErrorModel {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StreamReadResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamReadResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamReadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamReadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamReadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamReadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StreamHeadResponse200Headers the declared response headers of an HTTP 200 response for StreamHead
+type StreamHeadResponse200Headers struct {
+	StreamClosed     *string
+	StreamExpiresAt  *string
+	StreamNextOffset *string
+	StreamTTL        *string
+}
+
+type StreamHeadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *StreamHeadResponse200Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamHeadResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamHeadResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StreamHeadResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r StreamHeadResponse) GetApplicationproblemJSON410() *ErrorModel {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamHeadResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamHeadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamHeadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamHeadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamHeadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StreamAppendResponse200Headers the declared response headers of an HTTP 200 response for StreamAppend
+type StreamAppendResponse200Headers struct {
+	ProducerEpoch    *string
+	ProducerSeq      *string
+	StreamClosed     *string
+	StreamNextOffset *string
+}
+
+// StreamAppendResponse204Headers the declared response headers of an HTTP 204 response for StreamAppend
+type StreamAppendResponse204Headers struct {
+	StreamClosed     *string
+	StreamNextOffset *string
+}
+
+type StreamAppendResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *StreamAppendResponse200Headers
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *StreamAppendResponse204Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamAppendResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamAppendResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamAppendResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StreamAppendResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r StreamAppendResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r StreamAppendResponse) GetApplicationproblemJSON410() *ErrorModel {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r StreamAppendResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamAppendResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamAppendResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamAppendResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamAppendResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamAppendResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StreamCreateResponse200Headers the declared response headers of an HTTP 200 response for StreamCreate
+type StreamCreateResponse200Headers struct {
+	StreamClosed     *string
+	StreamNextOffset *string
+}
+
+// StreamCreateResponse201Headers the declared response headers of an HTTP 201 response for StreamCreate
+type StreamCreateResponse201Headers struct {
+	Location         *string
+	StreamClosed     *string
+	StreamNextOffset *string
+}
+
+type StreamCreateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *StreamCreateResponse200Headers
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *StreamCreateResponse201Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamCreateResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamCreateResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamCreateResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StreamCreateResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r StreamCreateResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r StreamCreateResponse) GetApplicationproblemJSON410() *ErrorModel {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r StreamCreateResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamCreateResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamCreateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamCreateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamCreateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamCreateResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2734,6 +3843,79 @@ func (c *ClientWithResponses) CreateMessageWithResponse(ctx context.Context, bod
 	return ParseCreateMessageResponse(rsp)
 }
 
+// StreamDeleteWithResponse Delete a stream
+//
+// Deletes the stream and its data. A stream that forks of it still exist is soft-deleted: 410 from then on, until its last fork goes. Needs the admin scope.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/stream/{path} (the `StreamDelete` operationId).
+func (c *ClientWithResponses) StreamDeleteWithResponse(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*StreamDeleteResponse, error) {
+	rsp, err := c.StreamDelete(ctx, path, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamDeleteResponse(rsp)
+}
+
+// StreamReadWithResponse Read a stream: catch-up, long-poll or SSE
+//
+// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/stream/{path} (the `StreamRead` operationId).
+func (c *ClientWithResponses) StreamReadWithResponse(ctx context.Context, path string, params *StreamReadParams, reqEditors ...RequestEditorFn) (*StreamReadResponse, error) {
+	rsp, err := c.StreamRead(ctx, path, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamReadResponse(rsp)
+}
+
+// StreamHeadWithResponse A stream's metadata
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /v1/stream/{path} (the `StreamHead` operationId).
+func (c *ClientWithResponses) StreamHeadWithResponse(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*StreamHeadResponse, error) {
+	rsp, err := c.StreamHead(ctx, path, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamHeadResponse(rsp)
+}
+
+// StreamAppendWithBodyWithResponse Append to a stream (or close it)
+//
+// Appends the body, committed before the answer. Producer-Id, Producer-Epoch and Producer-Seq make the append idempotent (exactly once across retries and restarts); Stream-Seq must increase; Stream-Closed: true closes the stream (with or without a body). Needs the producer scope.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/stream/{path} (the `StreamAppend` operationId).
+func (c *ClientWithResponses) StreamAppendWithBodyWithResponse(ctx context.Context, path string, params *StreamAppendParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StreamAppendResponse, error) {
+	rsp, err := c.StreamAppendWithBody(ctx, path, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamAppendResponse(rsp)
+}
+
+// StreamCreateWithBodyWithResponse Create a stream, or fork one
+//
+// Creates the stream (201), or confirms one with the same configuration (200). The content type fixes the unit: text/* and application/json make a text stream (UTF-8, offsets in UTF-16 units, shown by the view), any other type a byte stream (offsets in bytes, no view row). With Stream-Forked-From the stream is a fork: a copy of the source up to Stream-Fork-Offset (default: its end) plus Stream-Fork-Sub-Offset bytes (JSON: messages) of the append there; it inherits the source's type and expiry unless given. Needs the producer scope.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/stream/{path} (the `StreamCreate` operationId).
+func (c *ClientWithResponses) StreamCreateWithBodyWithResponse(ctx context.Context, path string, params *StreamCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StreamCreateResponse, error) {
+	rsp, err := c.StreamCreateWithBody(ctx, path, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamCreateResponse(rsp)
+}
+
 // GetStreamWithResponse The durable view; with wait, a long-poll until seq passes after or the stream ends
 //
 // Without `wait`, answers at once. With it, waits (up to the server's cap) until the durable length passes `after` or the status is terminal, then answers; at the deadline it answers the view unchanged.
@@ -3031,6 +4213,578 @@ func ParseCreateMessageResponse(rsp *http.Response) (*CreateMessageResponse, err
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseStreamDeleteResponse parses an HTTP response from a StreamDeleteWithResponse call
+func ParseStreamDeleteResponse(rsp *http.Response) (*StreamDeleteResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamDeleteResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStreamReadResponse parses an HTTP response from a StreamReadWithResponse call
+func ParseStreamReadResponse(rsp *http.Response) (*StreamReadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamReadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers StreamReadResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Stream-Closed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Closed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamClosed = &value
+		}
+		if values := rsp.Header.Values("Stream-Cursor"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Cursor", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamCursor = &value
+		}
+		if values := rsp.Header.Values("Stream-Expires-At"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Expires-At", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamExpiresAt = &value
+		}
+		if values := rsp.Header.Values("Stream-Next-Offset"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamNextOffset = &value
+		}
+		if values := rsp.Header.Values("Stream-SSE-Data-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-SSE-Data-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamSSEDataEncoding = &value
+		}
+		if values := rsp.Header.Values("Stream-TTL"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-TTL", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamTTL = &value
+		}
+		if values := rsp.Header.Values("Stream-Up-To-Date"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Up-To-Date", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamUpToDate = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 204:
+		var headers StreamReadResponse204Headers
+		if values := rsp.Header.Values("Stream-Closed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Closed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamClosed = &value
+		}
+		if values := rsp.Header.Values("Stream-Cursor"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Cursor", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamCursor = &value
+		}
+		if values := rsp.Header.Values("Stream-Next-Offset"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamNextOffset = &value
+		}
+		if values := rsp.Header.Values("Stream-Up-To-Date"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Up-To-Date", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamUpToDate = &value
+		}
+		response.Headers204 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStreamHeadResponse parses an HTTP response from a StreamHeadWithResponse call
+func ParseStreamHeadResponse(rsp *http.Response) (*StreamHeadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamHeadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers StreamHeadResponse200Headers
+		if values := rsp.Header.Values("Stream-Closed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Closed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamClosed = &value
+		}
+		if values := rsp.Header.Values("Stream-Expires-At"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Expires-At", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamExpiresAt = &value
+		}
+		if values := rsp.Header.Values("Stream-Next-Offset"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamNextOffset = &value
+		}
+		if values := rsp.Header.Values("Stream-TTL"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-TTL", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamTTL = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStreamAppendResponse parses an HTTP response from a StreamAppendWithResponse call
+func ParseStreamAppendResponse(rsp *http.Response) (*StreamAppendResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamAppendResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers StreamAppendResponse200Headers
+		if values := rsp.Header.Values("Producer-Epoch"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Producer-Epoch", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ProducerEpoch = &value
+		}
+		if values := rsp.Header.Values("Producer-Seq"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Producer-Seq", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ProducerSeq = &value
+		}
+		if values := rsp.Header.Values("Stream-Closed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Closed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamClosed = &value
+		}
+		if values := rsp.Header.Values("Stream-Next-Offset"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamNextOffset = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 204:
+		var headers StreamAppendResponse204Headers
+		if values := rsp.Header.Values("Stream-Closed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Closed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamClosed = &value
+		}
+		if values := rsp.Header.Values("Stream-Next-Offset"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamNextOffset = &value
+		}
+		response.Headers204 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStreamCreateResponse parses an HTTP response from a StreamCreateWithResponse call
+func ParseStreamCreateResponse(rsp *http.Response) (*StreamCreateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamCreateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case rsp.StatusCode == 201:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers StreamCreateResponse200Headers
+		if values := rsp.Header.Values("Stream-Closed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Closed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamClosed = &value
+		}
+		if values := rsp.Header.Values("Stream-Next-Offset"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamNextOffset = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 201:
+		var headers StreamCreateResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		if values := rsp.Header.Values("Stream-Closed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Closed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamClosed = &value
+		}
+		if values := rsp.Header.Values("Stream-Next-Offset"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Stream-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StreamNextOffset = &value
+		}
+		response.Headers201 = &headers
 	}
 
 	return response, nil
