@@ -238,3 +238,39 @@ func TestStreamsForksDeletedTogetherCollectTheirSource(t *testing.T) {
 	require.NoError(t, w.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM ds_streams").Scan(&left))
 	require.Zero(t, left)
 }
+
+// A fork taken while appends land copies a prefix of its source that ends at an append's
+// boundary, and answers that boundary as its offset: never half an append, never a gap.
+func TestStreamsForkUnderConcurrentAppends(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	c := serveStreams(t, w)
+	prod := token(t, "svc", "producer")
+	const src = "/v1/stream/busy"
+	require.Equal(t, http.StatusCreated, c.ds("PUT", src, prod, text("text/plain"), "").status)
+	const appends, forks = 120, 12
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range appends {
+			r := c.ds("POST", src, prod, text("text/plain"), fmt.Sprintf("[%03d]", i))
+			require.Equal(t, http.StatusNoContent, r.status, r.body)
+		}
+	}()
+	tails := map[string]string{}
+	for i := range forks {
+		f := fmt.Sprintf("%s-f%d", src, i)
+		r := c.ds("PUT", f, prod, fork(src, "", ""), "")
+		require.Equal(t, http.StatusCreated, r.status, r.body)
+		tails[f] = r.h.Get("Stream-Next-Offset")
+	}
+	<-done
+	whole := c.ds("GET", src, prod, nil, "").body
+	require.Len(t, whole, 5*appends)
+	for f, tail := range tails {
+		body := c.ds("GET", f, prod, nil, "").body
+		require.True(t, strings.HasPrefix(whole, body), "%s is a prefix of its source", f)
+		require.Zero(t, len(body)%5, "%s ends at an append's boundary: %q", f, body)
+		require.Equal(t, fmt.Sprintf("%016d", len(body)), tail, "%s answered the offset it copied to", f)
+	}
+}
