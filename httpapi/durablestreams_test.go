@@ -22,6 +22,11 @@ type dsReply struct {
 	body   string
 }
 
+// dsClient bounds each protocol request, so a request that never ends fails its test naming
+// itself instead of hanging the binary until its timeout. The bound is a backstop far above
+// any answer's time (an SSE read here ends by the stream's close), not a measurement.
+var dsClient = &http.Client{Timeout: 2 * time.Minute} //nolint:gochecknoglobals // shared by the tests, safe for concurrent use
+
 // ds sends a protocol request with headers.
 func (c client) ds(method, path, tok string, header http.Header, body string) dsReply {
 	c.t.Helper()
@@ -33,11 +38,11 @@ func (c client) ds(method, path, tok string, header http.Header, body string) ds
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(c.t, err)
+	resp, err := dsClient.Do(req)
+	require.NoError(c.t, err, "%s %s", method, path)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(c.t, err)
+	require.NoError(c.t, err, "%s %s", method, path)
 	return dsReply{resp.StatusCode, resp.Header, string(b)}
 }
 
