@@ -1,15 +1,21 @@
 // The same Durable Streams workload against rindled (PostgreSQL, each append committed before
 // its answer) and the npm reference server (@durable-streams/server, file-backed), side by side
-// in one run, printing each figure and the ratio ours/theirs, min/median/max over --runs.
+// in one run, printing each figure and the ratio ours/theirs, min/median/max over --runs. Each
+// repetition starts fresh processes: a rindled on a new private cluster, and the reference in a
+// process of its own (reference-server.mjs), never in this client's event loop. The CPU each
+// side used is read from /proc per process: rindled and its PostgreSQL (every process whose
+// command line names the repetition's directory), and the reference's node process.
 //
 //   appends   W writers, each appending to its own stream, one request in flight each: acknowledged appends per second
 //   fanout    one writer at R appends/s, M SSE readers from the tail: write → reader latency
 //   catchup   C readers re-reading a 1,000-append stream from the start: reads per second
 //
 //   node bench.mjs [--runs 3] [--seconds 5] [--writers 8] [--readers 100] [--rate 50] [--catchup 8]
-import { mkdtempSync, chmodSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, chmodSync, rmSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
 import { rindled } from "./run.mjs";
 
 const args = process.argv.slice(2);
@@ -125,34 +131,72 @@ async function measure(c, tag) {
   return { appends: await appends(c, tag), fanout: await fanout(c, tag), catchup: await catchup(c, tag) };
 }
 
-const work = mkdtempSync(join(tmpdir(), "ds-bench-"));
-chmodSync(work, 0o755);
-const r = await rindled(work);
-const { DurableStreamTestServer } = await import("@durable-streams/server");
-const ref = new DurableStreamTestServer({ port: 0, dataDir: join(work, "reference"), compression: false });
-const refBase = await ref.start();
-const ours = client(r.base, r.token);
-ours.token = r.token;
-const theirs = client(refBase, "");
+const here = dirname(fileURLToPath(import.meta.url));
+const ticks = 100; // USER_HZ on Linux
+
+// cpuSeconds sums user and system CPU of the processes whose command line contains needle, or
+// of the one process pid.
+function cpuSeconds({ needle, pid }) {
+  let total = 0;
+  for (const d of readdirSync("/proc")) {
+    if (!/^[0-9]+$/.test(d)) continue;
+    try {
+      if (pid ? Number(d) !== pid : !readFileSync(`/proc/${d}/cmdline`, "utf8").includes(needle)) continue;
+      const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      total += (Number(f[11]) + Number(f[12])) / ticks; // utime, stime
+    } catch {
+      // the process ended while we read it
+    }
+  }
+  return total;
+}
+
+async function startReference(dir) {
+  const proc = spawn(process.execPath, [join(here, "reference-server.mjs"), dir], { stdio: ["ignore", "pipe", "inherit"] });
+  const base = await new Promise((ok, fail) => {
+    let out = "";
+    proc.stdout.on("data", (b) => {
+      out += b;
+      const m = /^(http:\/\/\S+)$/m.exec(out); // after its own log lines
+      if (m) ok(m[1]);
+    });
+    proc.on("exit", (code) => fail(new Error(`reference server exited ${code}`)));
+  });
+  return { proc, base };
+}
+
+const stopped = (proc) => new Promise((ok) => (proc.exitCode !== null ? ok() : proc.on("exit", ok)));
 
 const rows = [];
 for (let run = 0; run < runs; run++) {
+  const work = mkdtempSync(join(tmpdir(), "ds-bench-"));
+  chmodSync(work, 0o755);
+  const r = await rindled(work);
+  const ref = await startReference(join(work, "reference"));
+  const ours = client(r.base, r.token);
+  ours.token = r.token;
+  const theirs = client(ref.base, "");
+  const cpu0 = { a: cpuSeconds({ needle: work }) - cpuSeconds({ pid: ref.proc.pid }), b: cpuSeconds({ pid: ref.proc.pid }) };
   const a = await measure(ours, `rindle-${run}`);
+  const cpuA = cpuSeconds({ needle: work }) - cpuSeconds({ pid: ref.proc.pid }) - cpu0.a;
   const b = await measure(theirs, `ref-${run}`);
-  rows.push({ a, b });
+  const cpuB = cpuSeconds({ pid: ref.proc.pid }) - cpu0.b;
+  rows.push({ a, b, cpuA, cpuB });
   console.log(
-    `run ${run + 1}: appends/s ours ${a.appends.toFixed(0)} theirs ${b.appends.toFixed(0)} | fan-out p50/p99 ms ours ${a.fanout.p50.toFixed(2)}/${a.fanout.p99.toFixed(2)} (${a.fanout.deliveries}/${a.fanout.expected}) theirs ${b.fanout.p50.toFixed(2)}/${b.fanout.p99.toFixed(2)} (${b.fanout.deliveries}/${b.fanout.expected}) | catch-up reads/s ours ${a.catchup.rps.toFixed(0)} theirs ${b.catchup.rps.toFixed(0)}`,
+    `run ${run + 1}: appends/s ours ${a.appends.toFixed(0)} theirs ${b.appends.toFixed(0)} | fan-out p50/p99 ms ours ${a.fanout.p50.toFixed(2)}/${a.fanout.p99.toFixed(2)} (${a.fanout.deliveries}/${a.fanout.expected}) theirs ${b.fanout.p50.toFixed(2)}/${b.fanout.p99.toFixed(2)} (${b.fanout.deliveries}/${b.fanout.expected}) | catch-up reads/s ours ${a.catchup.rps.toFixed(0)} theirs ${b.catchup.rps.toFixed(0)} | server CPU s ours ${cpuA.toFixed(1)} (rindled + PostgreSQL) theirs ${cpuB.toFixed(1)}`,
   );
+  ref.proc.kill("SIGTERM");
+  r.proc.kill("SIGTERM");
+  await Promise.all([stopped(ref.proc), stopped(r.proc)]);
+  rmSync(work, { recursive: true, force: true });
 }
 const mmm = (xs) => {
   const s = [...xs].sort((x, y) => x - y);
   return `${s[0].toFixed(2)}/${s[Math.floor(s.length / 2)].toFixed(2)}/${s[s.length - 1].toFixed(2)}`;
 };
-console.log(`ratio ours/theirs, min/median/max of ${runs} runs:`);
-console.log(`  acknowledged appends per second: ${mmm(rows.map((x) => x.a.appends / x.b.appends))}`);
-console.log(`  fan-out p99 latency (lower is better; >1 means ours is slower): ${mmm(rows.map((x) => x.a.fanout.p99 / x.b.fanout.p99))}`);
-console.log(`  catch-up reads per second: ${mmm(rows.map((x) => x.a.catchup.rps / x.b.catchup.rps))}`);
-await ref.stop();
-r.proc.kill("SIGTERM");
-await new Promise((ok) => r.proc.on("exit", ok));
-rmSync(work, { recursive: true, force: true });
+console.log(`ratio ours/theirs, min/median/max of ${runs} runs (fresh processes each):`);
+console.log(`  acknowledged appends per second (${writers} writers, ${writers} streams): ${mmm(rows.map((x) => x.a.appends / x.b.appends))}`);
+console.log(`  fan-out p99 latency (${readers} SSE readers, ${rate} appends/s; lower is better; >1 means ours is slower): ${mmm(rows.map((x) => x.a.fanout.p99 / x.b.fanout.p99))}`);
+console.log(`  catch-up reads per second (${catchupReaders} readers of a 1,000-append stream): ${mmm(rows.map((x) => x.a.catchup.rps / x.b.catchup.rps))}`);
+console.log(`  server CPU seconds for the whole workload: ${mmm(rows.map((x) => x.cpuA / x.cpuB))}`);
