@@ -233,8 +233,16 @@ func lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
 	case gone:
 		return StreamMeta{}, ErrStreamGone
 	case expired:
+		forks, err := hasForks(ctx, tx, path)
+		if err != nil {
+			return StreamMeta{}, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
+		}
 		if err := removeStream(ctx, tx, m); err != nil {
 			return StreamMeta{}, err
+		}
+		if forks {
+			// Soft-deleted, as a delete would: its forks still hold the path.
+			return StreamMeta{}, ErrStreamGone
 		}
 		return StreamMeta{}, ErrStreamNotFound
 	}

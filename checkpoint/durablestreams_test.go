@@ -131,3 +131,24 @@ func TestReapRemovesExpiredStreamsAndIdleProducers(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, got.Producers, "a window of 0 keeps producer state")
 }
+
+// A stream that expired while forks of it live is soft-deleted like a deleted one: a create at
+// its path is refused as one held by forks (409), never attempted (a duplicate key, 503).
+func TestAnExpiredSourceWithForksHoldsItsPath(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	p, err := checkpoint.NewProtocol(db.Pool)
+	require.NoError(t, err)
+	same := func(a, b string) bool { return a == b }
+	hour := int64(3600)
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", TTL: &hour, Text: "x", SameType: same})
+	require.NoError(t, err)
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "fork", TTL: &hour, SameType: same, Fork: &checkpoint.Fork{Source: "src"}})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "UPDATE ds_streams SET ttl_seconds = 0 WHERE path = 'src'") // its TTL lapses
+	require.NoError(t, err)
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", SameType: same})
+	require.ErrorIs(t, err, checkpoint.ErrStreamExists)
+	require.ErrorIs(t, err, checkpoint.ErrStreamGone)
+}
