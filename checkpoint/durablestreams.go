@@ -233,14 +233,11 @@ func lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
 	case gone:
 		return StreamMeta{}, ErrStreamGone
 	case expired:
-		forks, err := hasForks(ctx, tx, path)
+		soft, err := removeStream(ctx, tx, m)
 		if err != nil {
-			return StreamMeta{}, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
-		}
-		if err := removeStream(ctx, tx, m); err != nil {
 			return StreamMeta{}, err
 		}
-		if forks {
+		if soft {
 			// Soft-deleted, as a delete would: its forks still hold the path.
 			return StreamMeta{}, ErrStreamGone
 		}
@@ -251,25 +248,35 @@ func lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
 
 // removeStream deletes a stream whose row the transaction holds locked: soft when forks of it
 // exist (its data and producers go, its row stays with deleted_at), else the row goes, and then
-// every soft-deleted ancestor that this was the last fork of.
-func removeStream(ctx context.Context, tx pgx.Tx, m StreamMeta) error {
+// every soft-deleted ancestor that this was the last fork of. soft reports which.
+func removeStream(ctx context.Context, tx pgx.Tx, m StreamMeta) (soft bool, err error) {
 	fail := func(err error) error { return fmt.Errorf("checkpoint: delete stream %s: %w", m.Path, err) }
 	forks, err := hasForks(ctx, tx, m.Path)
 	if err != nil {
-		return fail(err)
+		return false, fail(err)
 	}
 	if forks {
-		if _, err := tx.Exec(ctx, `UPDATE ds_streams SET deleted_at = now(), message_id = NULL, byte_tail = 0, stream_seq = NULL,
-			closed_by = NULL, closed_epoch = NULL, closed_seq = NULL WHERE path = $1`, m.Path); err != nil {
+		return true, softDelete(ctx, tx, m, fail)
+	}
+	return false, hardDelete(ctx, tx, m, fail)
+}
+
+// softDelete drops the stream's data and producers and keeps its row, deleted_at set.
+func softDelete(ctx context.Context, tx pgx.Tx, m StreamMeta, fail func(error) error) error {
+	if _, err := tx.Exec(ctx, `UPDATE ds_streams SET deleted_at = now(), message_id = NULL, byte_tail = 0, stream_seq = NULL,
+		closed_by = NULL, closed_epoch = NULL, closed_seq = NULL WHERE path = $1`, m.Path); err != nil {
+		return fail(err)
+	}
+	for _, q := range []string{"DELETE FROM ds_bytes WHERE path = $1", "DELETE FROM ds_producers WHERE path = $1"} {
+		if _, err := tx.Exec(ctx, q, m.Path); err != nil {
 			return fail(err)
 		}
-		for _, q := range []string{"DELETE FROM ds_bytes WHERE path = $1", "DELETE FROM ds_producers WHERE path = $1"} {
-			if _, err := tx.Exec(ctx, q, m.Path); err != nil {
-				return fail(err)
-			}
-		}
-		return dropMessage(ctx, tx, m.MessageID, fail)
 	}
+	return dropMessage(ctx, tx, m.MessageID, fail)
+}
+
+// hardDelete removes the stream's row, then each soft-deleted ancestor it was the last fork of.
+func hardDelete(ctx context.Context, tx pgx.Tx, m StreamMeta, fail func(error) error) error {
 	var parent *string
 	if err := tx.QueryRow(ctx, "DELETE FROM ds_streams WHERE path = $1 RETURNING forked_from", m.Path).Scan(&parent); err != nil {
 		return fail(err)
@@ -607,7 +614,8 @@ func (p *Protocol) Delete(ctx context.Context, path string) error {
 		if err != nil {
 			return err
 		}
-		return removeStream(ctx, tx, m)
+		_, err = removeStream(ctx, tx, m)
+		return err
 	})
 }
 
@@ -744,7 +752,7 @@ func (p *Protocol) Reap(ctx context.Context, batch int, producerIdle time.Durati
 			if err != nil {
 				return fmt.Errorf("checkpoint: reap stream %s: %w", path, err)
 			}
-			if err := removeStream(ctx, tx, m); err != nil {
+			if _, err := removeStream(ctx, tx, m); err != nil {
 				return err
 			}
 			out.Streams++

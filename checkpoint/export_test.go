@@ -21,5 +21,6 @@ func DeleteInTx(ctx context.Context, tx pgx.Tx, path string) error {
 	if err != nil {
 		return err
 	}
-	return removeStream(ctx, tx, m)
+	_, err = removeStream(ctx, tx, m)
+	return err
 }

@@ -14,7 +14,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
-	"github.com/rindle-sh/rindle-go/producer"
 )
 
 // The protocol's writes: create (PUT), append (POST, with idempotent producers), delete.
@@ -146,11 +145,8 @@ func (s *Server) parseFork(r *http.Request, c *who) (*checkpoint.Fork, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", hForkOffset, err)
 		}
-		if !now && off[0] != "-1" {
+		if !now { // -1 parses as 0, the start; now leaves the default, the tail
 			f.Offset = &seq
-		}
-		if off[0] == "-1" {
-			f.Offset = new(producer.Seq(0))
 		}
 	}
 	if len(sub) > 0 {
