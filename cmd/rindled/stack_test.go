@@ -23,16 +23,17 @@ import (
 )
 
 // stack drives docker-compose.yml through the `docker compose` CLI, as an operator does.
+// Each method that can fail the test takes the (sub)test it serves: a subtest failing through
+// its parent's t would end the parent's goroutine from the wrong one, and skip the rest.
 type stack struct {
-	t    *testing.T
 	root string
 }
 
 // compose runs `docker compose ARGS` in the repository and fails the test on an error.
-func (s *stack) compose(args ...string) string {
-	s.t.Helper()
+func (s *stack) compose(t *testing.T, args ...string) string {
+	t.Helper()
 	out, err := s.try(args...)
-	require.NoError(s.t, err, "docker compose %s:\n%s", strings.Join(args, " "), out)
+	require.NoError(t, err, "docker compose %s:\n%s", strings.Join(args, " "), out)
 	return out
 }
 
@@ -48,10 +49,14 @@ func (s *stack) try(args ...string) (string, error) {
 }
 
 // token signs a token inside the service's container, with the stack's own secret.
-func (s *stack) token(service string, flags ...string) string {
-	s.t.Helper()
-	out, err := exec.CommandContext(s.t.Context(), "docker", append([]string{"compose", "exec", "-T", service, "/rindled", "token"}, flags...)...).Output()
-	require.NoError(s.t, err)
+func (s *stack) token(t *testing.T, service string, flags ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "docker", append([]string{"compose", "exec", "-T", service, "/rindled", "token"}, flags...)...)
+	cmd.Dir = s.root
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "docker compose exec %s rindled token: %s", service, stderr.String())
 	return strings.TrimSpace(string(out))
 }
 
@@ -90,7 +95,7 @@ func TestComposeStackServes(t *testing.T) {
 	}
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	s := &stack{t: t, root: root}
+	s := &stack{root: root}
 	s.try("--profile", "scale", "down", "-v", "--remove-orphans") //nolint:errcheck // a previous run's leftovers, if any
 
 	// The default stack. Jaeger's image is the one pulled from a registry; where there is none
@@ -109,12 +114,12 @@ func TestComposeStackServes(t *testing.T) {
 		}
 		s.try("--profile", "scale", "down", "-v", "--remove-orphans") //nolint:errcheck // best effort after a failure
 	})
-	s.compose(append([]string{"up", "--detach", "--wait", "--wait-timeout", "600"}, services...)...)
-	s.healthy(services)
+	s.compose(t, append([]string{"up", "--detach", "--wait", "--wait-timeout", "600"}, services...)...)
+	s.healthy(t, services)
 
 	const api = "http://127.0.0.1:8080"
-	producerToken := s.token("rindled", "-sub", "svc", "-scope", "producer")
-	alice := s.token("rindled", "-sub", "alice")
+	producerToken := s.token(t, "rindled", "-sub", "svc", "-scope", "producer")
+	alice := s.token(t, "rindled", "-sub", "alice")
 
 	// The README's walkthrough, as written, with the composed rindled signing its tokens.
 	t.Run("README walkthrough", func(t *testing.T) {
@@ -170,7 +175,7 @@ func TestComposeStackServes(t *testing.T) {
 		}
 		before, err := started()
 		require.NoError(t, err, "%s", before)
-		s.compose("restart", "postgres")
+		s.compose(t, "restart", "postgres")
 		eventually(t, 2*time.Minute, "PostgreSQL is back, restarted", func() (bool, string) {
 			now, err := started()
 			return err == nil && now != before, now
@@ -203,11 +208,11 @@ func TestComposeStackServes(t *testing.T) {
 	})
 
 	t.Run("the scale profile serves a reader on one instance from a producer on another", func(t *testing.T) {
-		s.compose("--profile", "scale", "up", "--detach", "--wait", "--wait-timeout", "600", "nats", "rindled-1", "rindled-2", "rindled-3", "proxy")
-		s.healthy([]string{"nats", "rindled-1", "rindled-2", "rindled-3", "proxy"})
+		s.compose(t, "--profile", "scale", "up", "--detach", "--wait", "--wait-timeout", "600", "nats", "rindled-1", "rindled-2", "rindled-3", "proxy")
+		s.healthy(t, []string{"nats", "rindled-1", "rindled-2", "rindled-3", "proxy"})
 		const proxy = "http://127.0.0.1:8081"
 		on := func(host, path string) string { return proxy + path + "?host=" + host }
-		p := s.token("rindled-1", "-sub", "svc", "-scope", "producer")
+		p := s.token(t, "rindled-1", "-sub", "svc", "-scope", "producer")
 		const id = "scaled"
 		st, b := request(t, http.DefaultClient, on("rindled-1", "/v1/messages"), "POST", p, `{"id":"`+id+`","owner":"alice"}`)
 		require.Equal(t, http.StatusCreated, st, "%s", b)
@@ -262,7 +267,7 @@ func TestComposeStackServes(t *testing.T) {
 	})
 
 	t.Run("down -v leaves nothing behind", func(t *testing.T) {
-		s.compose("--profile", "scale", "down", "-v", "--remove-orphans")
+		s.compose(t, "--profile", "scale", "down", "-v", "--remove-orphans")
 		for _, kind := range [][]string{{"ps", "-a", "-q"}, {"volume", "ls", "-q"}, {"network", "ls", "-q"}} {
 			out, err := exec.CommandContext(t.Context(), "docker", append(kind, "--filter", "label=com.docker.compose.project=rindle")...).CombinedOutput()
 			require.NoError(t, err, "%s", out)
@@ -273,9 +278,9 @@ func TestComposeStackServes(t *testing.T) {
 
 // healthy checks that each named service runs with a green health check, and that the
 // one-shot secret service completed.
-func (s *stack) healthy(services []string) {
-	s.t.Helper()
-	out := s.compose("ps", "--all", "--format", "json")
+func (s *stack) healthy(t *testing.T, services []string) {
+	t.Helper()
+	out := s.compose(t, "ps", "--all", "--format", "json")
 	seen := map[string]bool{}
 	for line := range strings.Lines(out) {
 		var c struct {
@@ -285,20 +290,20 @@ func (s *stack) healthy(services []string) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		require.NoError(s.t, json.Unmarshal([]byte(line), &c), "%s", line)
+		require.NoError(t, json.Unmarshal([]byte(line), &c), "%s", line)
 		seen[c.Service] = true
 		if !slices.Contains(services, c.Service) {
 			continue
 		}
 		if c.Service == "secret" {
-			require.Equal(s.t, 0, c.ExitCode, "the secret service")
+			require.Equal(t, 0, c.ExitCode, "the secret service")
 			continue
 		}
-		require.Equal(s.t, "running", c.State, c.Service)
-		require.Equal(s.t, "healthy", c.Health, c.Service)
+		require.Equal(t, "running", c.State, c.Service)
+		require.Equal(t, "healthy", c.Health, c.Service)
 	}
 	for _, name := range services {
-		require.True(s.t, seen[name], "%s is not in docker compose ps", name)
+		require.True(t, seen[name], "%s is not in docker compose ps", name)
 	}
 }
 
