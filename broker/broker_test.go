@@ -256,3 +256,78 @@ func TestRelayPassesTheRelaySuite(t *testing.T) {
 	srv := natstest.Start(t)
 	relaytest.Run(t, func(t *testing.T) *producer.Relay { return open(t, srv.URL(), "relay-suite").Relay })
 }
+
+// TestRelayJoinNearTheEndPullsWhatTheJoinerNeeds: a reader joining a long answer near its end
+// pulls a few lookups and the frames from its join point from NATS, not the whole answer (it
+// pulled every frame, 100,013 messages for a 10-unit join, before the relay sought). The count
+// is what the server sent the joining instance's relay connection, replies included.
+func TestRelayJoinNearTheEndPullsWhatTheJoinerNeeds(t *testing.T) {
+	ns := natstest.Start(t)
+	a, b := open(t, ns.URL(), "a"), open(t, ns.URL(), "b")
+	const id, chunks, size = "long", 20000, 5
+	frames := []producer.Frame{{Type: producer.FrameOpen, StreamID: id}}
+	var at producer.Seq
+	for i := range chunks {
+		frames = append(frames, producer.Frame{Type: producer.FrameChunk, From: at, Seq: at + size, Text: fmt.Sprintf("%05d", i%100000)})
+		at += size
+		if i%100 == 99 {
+			frames = append(frames, producer.Frame{Type: producer.FrameDurable, Seq: at})
+		}
+	}
+	frames = append(frames, producer.Frame{Type: producer.FrameEnd, Seq: at, Status: producer.StatusComplete})
+	for _, f := range frames {
+		require.NoError(t, a.Relay.Publish(id, f))
+		require.NoError(t, a.Relay.Publish("other", f)) // interleaved in the stream's sequence
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	// Wait until the broker holds the end: the publish is a buffered core publish.
+	require.Eventually(t, func() bool {
+		src, err := b.Relay.Attach(ctx, id, at)
+		if err != nil || src == nil {
+			return false
+		}
+		defer src.Close()
+		var last producer.Frame
+		for !last.Terminal() {
+			if last, err = src.Next(ctx); err != nil {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond)
+
+	for _, back := range []producer.Seq{10, 1000} {
+		from := at - back
+		before := ns.OutMsgs("b relay")
+		src, err := b.Relay.Attach(ctx, id, from)
+		require.NoError(t, err)
+		var got []producer.Frame
+		for len(got) == 0 || !got[len(got)-1].Terminal() {
+			f, err := src.Next(ctx)
+			require.NoError(t, err)
+			got = append(got, f)
+		}
+		require.NoError(t, src.Close())
+		pulled := ns.OutMsgs("b relay") - before
+
+		// What the joiner needs: the open, the chunks from the one holding from, and the end
+		// (with the durable frames among them).
+		need := 0
+		for _, f := range frames {
+			if f.Type == producer.FrameOpen || f.Terminal() || f.Type == producer.FrameChunk && f.Seq > from ||
+				f.Type == producer.FrameDurable && f.Seq > from {
+				need++
+			}
+		}
+		require.Equal(t, producer.FrameOpen, got[0].Type, "the open comes first")
+		c := got[1]
+		require.Equal(t, producer.FrameChunk, c.Type)
+		require.LessOrEqual(t, c.From, from, "the first chunk holds the join point")
+		require.Greater(t, c.Seq, from)
+		t.Logf("join %d units from the end of %d frames: %d frames yielded, %d needed, %d messages pulled from NATS",
+			back, len(frames), len(got), need, pulled)
+		require.LessOrEqual(t, len(got), need+1)
+		require.LessOrEqual(t, pulled, int64(2*need+40), "a few dozen lookups at most, beside the frames")
+	}
+}

@@ -17,11 +17,13 @@ import (
 // The relay carries the frames an instance's producers fan out to readers on other instances,
 // on the same NATS server as the CDC stream: a memory-backed JetStream stream with one subject
 // per live stream, kept DefaultLiveRetention. Publishing is a core NATS publish, which the
-// stream captures: it never blocks. Attaching replays that subject's frames from its first
-// through an ordered consumer and follows it live; the plane's conform pass trims what the
-// reader already holds and turns a gap (frames aged out, a broker restart) into stale, after
-// which the reader reads the durable plane. So a broker outage costs smoothness, never
-// correctness.
+// stream captures: it never blocks. Attaching yields that subject's open frame, then its frames
+// from the chunk that holds the join offset (found by a search over the stream's sequence
+// numbers, galloping back from the last frame: a joiner near the end of a long answer costs a
+// few lookups, not a replay of the answer) through an ordered consumer, and follows it live.
+// The plane's conform pass trims what the reader already holds and turns a gap (frames aged
+// out, a broker restart) into stale, after which the reader reads the durable plane. So a
+// broker outage costs smoothness, never correctness.
 //
 // The relay speaks to NATS through nats.go, the engine's own client, rather than through
 // watermill-nats as the CDC path does, for two reasons found in watermill-nats v2.1.3: its
@@ -80,7 +82,7 @@ func (r *relay) publish(streamID string, f producer.Frame) error {
 }
 
 // attach follows streamID's frames if some instance has published any; nil (absent) otherwise.
-func (r *relay) attach(ctx context.Context, streamID string, _ producer.Seq) (producer.FrameSource, error) {
+func (r *relay) attach(ctx context.Context, streamID string, from producer.Seq) (producer.FrameSource, error) {
 	subject := liveSubject(streamID)
 	stream, err := r.js.Stream(ctx, DefaultLiveStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -90,14 +92,27 @@ func (r *relay) attach(ctx context.Context, streamID string, _ producer.Seq) (pr
 	if err != nil {
 		return nil, fmt.Errorf("broker: relay lookup: %w", err)
 	}
-	if _, err := stream.GetLastMsgForSubject(ctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
+	last, err := stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	} else if err != nil {
 		return nil, fmt.Errorf("broker: relay lookup: %w", err)
 	}
-	c, err := r.js.OrderedConsumer(ctx, DefaultLiveStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	var head []producer.Frame
+	if from > 0 {
+		open, start, err := seek(ctx, stream, subject, from, last.Sequence)
+		if err != nil {
+			return nil, fmt.Errorf("broker: relay seek: %w", err)
+		}
+		if start > 0 {
+			if open != nil {
+				head = []producer.Frame{*open}
+			}
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+		}
+	}
+	c, err := r.js.OrderedConsumer(ctx, DefaultLiveStream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("broker: relay consumer: %w", err)
 	}
@@ -105,17 +120,105 @@ func (r *relay) attach(ctx context.Context, streamID string, _ producer.Seq) (pr
 	if err != nil {
 		return nil, fmt.Errorf("broker: relay messages: %w", err)
 	}
-	return &source{it: it}, nil
+	return &source{it: it, head: head}, nil
+}
+
+// seek finds where a reader joining at from starts: the stream sequence of the last chunk that
+// begins at or before from (its earlier chunks the reader holds), and the subject's open frame,
+// which a source yields first so the join is answered at once, not at the next delta. A start
+// of 0 means from the first frame: no chunk begins at or before from (frames aged out, or the
+// answer is that short), and the conform pass sorts it out as it does a whole replay.
+//
+// The chunks' offsets grow with the stream sequence, so the search gallops back from the last
+// frame and then bisects: O(log d) lookups for a joiner d frames from the end.
+func seek(ctx context.Context, stream jetstream.Stream, subject string, from producer.Seq, last uint64) (*producer.Frame, uint64, error) {
+	// chunkAt is the first chunk on subject at or after sequence seq (up to last): its sequence
+	// and offset; 0 when none.
+	chunkAt := func(seq uint64) (uint64, producer.Seq, error) {
+		for seq <= last {
+			m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return 0, 0, nil
+			}
+			if err != nil {
+				return 0, 0, err
+			}
+			if m.Sequence > last {
+				return 0, 0, nil
+			}
+			var f producer.Frame
+			if err := json.Unmarshal(m.Data, &f); err != nil {
+				return 0, 0, fmt.Errorf("frame %d: %w", m.Sequence, err)
+			}
+			if f.Type == producer.FrameChunk {
+				return m.Sequence, f.From, nil
+			}
+			seq = m.Sequence + 1
+		}
+		return 0, 0, nil
+	}
+	// Gallop: lo is a sequence whose next chunk begins at or before from, hi one whose does not.
+	var lo, loSeq uint64
+	hi := last + 1
+	for step := uint64(1); ; step *= 2 {
+		probe := uint64(1)
+		if last > step {
+			probe = last - step + 1
+		}
+		seq, at, err := chunkAt(probe)
+		if err != nil {
+			return nil, 0, err
+		}
+		if seq != 0 && at <= from {
+			lo, loSeq = probe, seq
+			break
+		}
+		hi = probe
+		if probe == 1 {
+			return nil, 0, nil // no chunk begins at or before from
+		}
+	}
+	// Bisect (lo, hi): the last probe whose next chunk still begins at or before from.
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		seq, at, err := chunkAt(mid)
+		if err != nil {
+			return nil, 0, err
+		}
+		if seq != 0 && at <= from {
+			lo, loSeq = mid, seq
+		} else {
+			hi = mid
+		}
+	}
+	first, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if err != nil {
+		return nil, 0, err
+	}
+	var open producer.Frame
+	if err := json.Unmarshal(first.Data, &open); err != nil {
+		return nil, 0, fmt.Errorf("frame %d: %w", first.Sequence, err)
+	}
+	if open.Type != producer.FrameOpen || first.Sequence >= loSeq {
+		return nil, loSeq, nil // the open aged out: the conform pass opens at the first chunk
+	}
+	return &open, loSeq, nil
 }
 
 type source struct {
 	it   jetstream.MessagesContext
+	head []producer.Frame // yielded before the consumer's messages
 	done bool
 }
 
 func (s *source) Next(ctx context.Context) (producer.Frame, error) {
 	if s.done {
 		return producer.Frame{}, io.EOF
+	}
+	if len(s.head) > 0 {
+		f := s.head[0]
+		s.head = s.head[1:]
+		return f, nil
 	}
 	m, err := s.it.Next(jetstream.NextContext(ctx))
 	if err != nil {

@@ -554,7 +554,9 @@ type Relay struct {
 	Publish func(streamID string, f Frame) error
 
 	// Attach returns the frames of a stream this process does not host, from offset from on, or
-	// a nil source for absent. It is consulted only after authorization passed and only on a
+	// a nil source for absent. A source may start at the stream's first frame, or skip to the
+	// chunk that holds from, preferably after yielding the open (the conform pass trims what
+	// the reader holds, and opens the reader at the first chunk if the open never comes). It is consulted only after authorization passed and only on a
 	// local miss, bounded by RelayAttachTimeout (a source that arrives late is closed). An
 	// adapter that cannot serve from (pub/sub keeps no history) yields stale and stops.
 	Attach func(ctx context.Context, streamID string, from Seq) (FrameSource, error)

@@ -64,3 +64,20 @@ func (s *Server) Restart(down time.Duration) {
 	time.Sleep(down)
 	s.start()
 }
+
+// OutMsgs is how many messages the server has sent the connections named name (nats.Name):
+// what a client pulled from the broker, replies to its requests included.
+func (s *Server) OutMsgs(name string) int64 {
+	s.t.Helper()
+	cz, err := s.inner.Connz(&server.ConnzOptions{Limit: 1 << 16})
+	if err != nil {
+		s.t.Fatalf("natstest: connz: %v", err)
+	}
+	var n int64
+	for _, c := range cz.Conns {
+		if c.Name == name {
+			n += c.OutMsgs
+		}
+	}
+	return n
+}
