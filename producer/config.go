@@ -109,7 +109,8 @@ type Config struct {
 	// for the next trigger. Zero means DefaultCheckpointRetries; NoRetries means none.
 	CheckpointRetries int
 
-	// RetryBackoff is the first retry's delay; each further retry doubles it. Real time, not the
+	// RetryBackoff is the first retry's delay; each further retry doubles it, up to
+	// MaxRetryBackoff, and each is jittered over the upper half of its step. Real time, not the
 	// Clock. Defaults to DefaultRetryBackoff.
 	RetryBackoff time.Duration
 

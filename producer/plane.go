@@ -477,10 +477,7 @@ func (p *Plane) retry(ctx context.Context, step func(context.Context) error) err
 	var last error
 	for attempt := 0; attempt <= p.cfg.CheckpointRetries; attempt++ {
 		if attempt > 0 {
-			// Jittered over the upper half of the exponential step: streams whose commits failed
-			// together in one database blip do not all retry in the same instant.
-			d := p.cfg.RetryBackoff << (attempt - 1)
-			t := time.NewTimer(d/2 + rand.N(d/2+1))
+			t := time.NewTimer(retryDelay(p.cfg.RetryBackoff, attempt))
 			select {
 			case <-t.C:
 			case <-ctx.Done():
@@ -503,6 +500,22 @@ func (p *Plane) retry(ctx context.Context, step func(context.Context) error) err
 		}
 	}
 	return last
+}
+
+// MaxRetryBackoff caps one retry's delay however many retries are configured.
+const MaxRetryBackoff = 5 * time.Second
+
+// retryDelay is the wait before retry attempt (1, 2, …): the exponential step from base,
+// capped at MaxRetryBackoff, jittered over its upper half, so streams whose commits failed
+// together in one database blip do not all retry in the same instant, and none waits longer
+// than the cap.
+func retryDelay(base time.Duration, attempt int) time.Duration {
+	d := MaxRetryBackoff
+	if shift := attempt - 1; shift < 62 && base <= MaxRetryBackoff>>shift {
+		d = base << shift
+	}
+	d = max(d, 1)
+	return d/2 + rand.N(d/2+1)
 }
 
 func (p *Plane) reportCheckpointError(err error, info CheckpointInfo) {
