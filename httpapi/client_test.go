@@ -72,6 +72,15 @@ func TestGeneratedClientDrivesTheAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, again.StatusCode(), string(again.Body))
 	require.EqualValues(t, 12, again.JSON200.Seq)
 	require.EqualValues(t, 0, again.JSON200.Applied)
+	// Text that cannot start where its producer believes is refused with 409, and the
+	// generated client reads where to resume (ConflictError; ErrorModel could not carry it).
+	wrong := int64(5)
+	refused, err := prod.AppendStreamWithResponse(ctx, id, apiclient.AppendBody{Text: "elsewhere", ExpectedSeq: &wrong})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, refused.StatusCode(), string(refused.Body))
+	require.NotNil(t, refused.ApplicationproblemJSON409, "%s", refused.Body)
+	require.EqualValues(t, 12, refused.ApplicationproblemJSON409.Seq)
+	require.Nil(t, refused.ApplicationproblemJSON409.Cancelled, "not cancelled: omitted")
 
 	// Subscribe through the generated client's raw event stream, then close.
 	from := int64(0)

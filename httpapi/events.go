@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"reflect"
+	"slices"
+	"strconv"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -70,6 +72,35 @@ func streamIDParam() *huma.Param {
 
 func (s *Server) problemResponse(doc string) *huma.Response {
 	return &huma.Response{Description: doc, Content: map[string]*huma.MediaType{"application/problem+json": {Schema: s.problem()}}}
+}
+
+// conflictResponse is a producer route's 409: the problem with the stream's seq and cancelled,
+// which a producer reads to resume or to stop (ConflictError in the document; ErrorModel
+// admits no extra properties, so a generated client could not read them there).
+func (s *Server) conflictResponse(doc string) *huma.Response {
+	schema := s.api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[conflictError](), true, "")
+	return &huma.Response{Description: doc, Content: map[string]*huma.MediaType{"application/problem+json": {Schema: schema}}}
+}
+
+// problemsNeverNull documents the problems' errors list as an array, not ["array","null"]
+// (huma's default for a Go slice): it is omitted when empty, never null, and oapi-codegen
+// refuses the 3.1 document's type list.
+func (s *Server) problemsNeverNull() {
+	for _, schema := range s.api.OpenAPI().Components.Schemas.Map() {
+		if e := schema.Properties["errors"]; e != nil && e.Type == huma.TypeArray {
+			e.Nullable = false
+		}
+	}
+}
+
+// withConflict documents op's 409 as conflictResponse rather than the plain problem.
+func (s *Server) withConflict(op huma.Operation) huma.Operation {
+	op.Errors = slices.DeleteFunc(slices.Clone(op.Errors), func(c int) bool { return c == http.StatusConflict })
+	if op.Responses == nil {
+		op.Responses = map[string]*huma.Response{}
+	}
+	op.Responses[strconv.Itoa(http.StatusConflict)] = s.conflictResponse("The stream cannot take this: sealed, sealed by another writer, cancelled by a reader (`cancelled`), or the text cannot start at expectedSeq. `seq` is the stream's length: where to resume.")
+	return op
 }
 
 func (s *Server) registerEvents() {

@@ -42,7 +42,7 @@ func (s *Server) registerIngest() {
 			"401": s.problemResponse("No valid bearer token"),
 			"403": s.problemResponse("No producer scope"),
 			"404": s.problemResponse("Not open on this instance"),
-			"409": s.problemResponse("Sealed, sealed by another writer, cancelled, or the body cannot start at expectedSeq (the problem's seq says where the stream is)"),
+			"409": s.conflictResponse("Sealed, sealed by another writer, cancelled (`cancelled`), or the body cannot start at expectedSeq (`seq` says where the stream is)"),
 			"413": s.problemResponse("Over MaxIngestBytes (what came before was pushed)"),
 			"408": s.problemResponse("The body paused for longer than the ingest idle timeout (what came before was pushed)"),
 			"415": s.problemResponse("Not text/plain"),

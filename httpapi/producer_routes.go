@@ -127,12 +127,12 @@ func (s *Server) registerProducerRoutes() {
 			return &stateOutput{Body: stateOf(st)}, nil
 		})
 
-	huma.Register(api, huma.Operation{OperationID: "appendStream", Method: http.MethodPost, Path: "/v1/streams/{id}/append",
+	huma.Register(api, s.withConflict(huma.Operation{OperationID: "appendStream", Method: http.MethodPost, Path: "/v1/streams/{id}/append",
 		Summary:     "Push text into a stream",
 		Description: "With `expectedSeq` the append is idempotent: retry a request whose answer was lost with the same body, and text already taken is absorbed rather than doubled. A 409 carries the stream's `seq`, where to resume.",
 		Security:    security(), MaxBodyBytes: s.cfg.MaxBodyBytes,
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict,
-			http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable}},
+			http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable}}),
 		func(ctx context.Context, in *struct {
 			StreamPath
 			Body appendBody
@@ -156,9 +156,9 @@ func (s *Server) registerProducerRoutes() {
 			return &appendOutput{Body: AppendResult{StreamState: stateOf(st), Applied: applied}}, nil
 		})
 
-	huma.Register(api, huma.Operation{OperationID: "flushStream", Method: http.MethodPost, Path: "/v1/streams/{id}/flush",
+	huma.Register(api, s.withConflict(huma.Operation{OperationID: "flushStream", Method: http.MethodPost, Path: "/v1/streams/{id}/flush",
 		Summary: "Return once everything produced is durable", Security: security(),
-		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}},
+		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}}),
 		func(ctx context.Context, in *StreamPath) (*stateOutput, error) {
 			w, err := s.producer(in.AuthHeader, in.ID)
 			if err != nil {
@@ -175,11 +175,11 @@ func (s *Server) registerProducerRoutes() {
 			return &stateOutput{Body: stateOf(st)}, nil
 		})
 
-	huma.Register(api, huma.Operation{OperationID: "closeStream", Method: http.MethodPost, Path: "/v1/streams/{id}/close",
+	huma.Register(api, s.withConflict(huma.Operation{OperationID: "closeStream", Method: http.MethodPost, Path: "/v1/streams/{id}/close",
 		Summary:     "Seal a stream: complete (cancelled after a reader's cancel), or error with a message",
 		Description: "The body is optional. A 503 means the seal has not committed yet: this instance retries it until it does, and readers get their end frame only then; POST close again to wait for it.",
 		Security:    security(),
-		Errors:      []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}},
+		Errors:      []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}}),
 		func(ctx context.Context, in *struct {
 			StreamPath
 			Body *closeBody `required:"false"`
@@ -237,7 +237,7 @@ const retryAfter = "1"
 type conflictError struct {
 	huma.ErrorModel
 	Seq       producer.Seq `json:"seq" doc:"The stream's length: where to resume."`
-	Cancelled bool         `json:"cancelled,omitempty" doc:"A reader cancelled the stream: close it."`
+	Cancelled bool         `json:"cancelled,omitempty" required:"false" doc:"A reader cancelled the stream: close it."`
 }
 
 func (e *conflictError) Error() string  { return e.Detail }
@@ -294,7 +294,7 @@ func (s *Server) producerError(key, id, what string, err error) error {
 		return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("%s: %d of %d characters are durable", what, nd.DurableSeq, nd.Seq)),
 			http.Header{"Retry-After": {retryAfter}})
 	case errors.Is(err, producer.ErrClosed):
-		return huma.Error409Conflict(fmt.Sprintf("stream %s is sealed", id))
+		return conflict(fmt.Sprintf("stream %s is sealed", id), seqOf(s.cfg.Plane, key), false)
 	}
 	s.cfg.Logger.Warn("producer route failed", "stream", key, "err", err)
 	return huma.Error503ServiceUnavailable(what)

@@ -236,6 +236,7 @@ func New(cfg Config) (*Server, error) {
 		s.registerStreamsDoc()
 	}
 	s.registerDocs()
+	s.problemsNeverNull()
 	if s.cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.cfg.Metrics)
 	}

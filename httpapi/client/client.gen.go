@@ -232,6 +232,43 @@ type CloseBody struct {
 	Error *string `json:"error,omitempty"`
 }
 
+// ConflictError defines model for ConflictError.
+type ConflictError struct {
+	// Cancelled A reader cancelled the stream: close it.
+	Cancelled *bool `json:"cancelled,omitempty"`
+
+	// Detail A human-readable explanation specific to this occurrence of the problem.
+	//
+	// Example: Property foo is required but is missing.
+	Detail *string `json:"detail,omitempty"`
+
+	// Errors Optional list of individual error details
+	Errors *[]ErrorDetail `json:"errors,omitempty"`
+
+	// Instance A URI reference that identifies the specific occurrence of the problem.
+	//
+	// Example: https://example.com/error-log/abc123
+	Instance *string `json:"instance,omitempty"`
+
+	// Seq The stream's length: where to resume.
+	Seq int64 `json:"seq"`
+
+	// Status HTTP status code
+	//
+	// Example: 400
+	Status *int64 `json:"status,omitempty"`
+
+	// Title A short, human-readable summary of the problem type. This value should not change between occurrences of the error.
+	//
+	// Example: Bad Request
+	Title *string `json:"title,omitempty"`
+
+	// Type A URI reference to human-readable documentation for the error.
+	//
+	// Example: https://example.com/errors/example
+	Type *string `json:"type,omitempty"`
+}
+
 // CreateBody defines model for CreateBody.
 type CreateBody struct {
 	ChatId *string `json:"chatId,omitempty"`
@@ -3182,7 +3219,7 @@ type AppendStreamResponse struct {
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *ErrorModel
+	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -3219,7 +3256,7 @@ func (r AppendStreamResponse) GetApplicationproblemJSON404() *ErrorModel {
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r AppendStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+func (r AppendStreamResponse) GetApplicationproblemJSON409() *ConflictError {
 	return r.ApplicationproblemJSON409
 }
 
@@ -3360,7 +3397,7 @@ type CloseStreamResponse struct {
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *ErrorModel
+	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3390,7 +3427,7 @@ func (r CloseStreamResponse) GetApplicationproblemJSON404() *ErrorModel {
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r CloseStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+func (r CloseStreamResponse) GetApplicationproblemJSON409() *ConflictError {
 	return r.ApplicationproblemJSON409
 }
 
@@ -3526,7 +3563,7 @@ type FlushStreamResponse struct {
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *ErrorModel
+	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3556,7 +3593,7 @@ func (r FlushStreamResponse) GetApplicationproblemJSON404() *ErrorModel {
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r FlushStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+func (r FlushStreamResponse) GetApplicationproblemJSON409() *ConflictError {
 	return r.ApplicationproblemJSON409
 }
 
@@ -3620,7 +3657,7 @@ type IngestStreamResponse struct {
 	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
 	ApplicationproblemJSON408 *ErrorModel
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *ErrorModel
+	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -3660,7 +3697,7 @@ func (r IngestStreamResponse) GetApplicationproblemJSON408() *ErrorModel {
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r IngestStreamResponse) GetApplicationproblemJSON409() *ErrorModel {
+func (r IngestStreamResponse) GetApplicationproblemJSON409() *ConflictError {
 	return r.ApplicationproblemJSON409
 }
 
@@ -4901,7 +4938,7 @@ func ParseAppendStreamResponse(rsp *http.Response) (*AppendStreamResponse, error
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorModel
+		var dest ConflictError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5047,7 +5084,7 @@ func ParseCloseStreamResponse(rsp *http.Response) (*CloseStreamResponse, error) 
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorModel
+		var dest ConflictError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5192,7 +5229,7 @@ func ParseFlushStreamResponse(rsp *http.Response) (*FlushStreamResponse, error) 
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorModel
+		var dest ConflictError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5281,7 +5318,7 @@ func ParseIngestStreamResponse(rsp *http.Response) (*IngestStreamResponse, error
 		response.ApplicationproblemJSON408 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest ErrorModel
+		var dest ConflictError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
