@@ -38,15 +38,19 @@ export class Rindled {
   private proc?: ChildProcess;
   logs = "";
 
-  private constructor(readonly dataDir: string, readonly port: number) {
+  private constructor(
+    readonly dataDir: string,
+    readonly port: number,
+    private readonly extraArgs: string[] = [],
+  ) {
     this.base = `http://127.0.0.1:${port}`;
   }
 
   /** Starts rindled on a fresh private cluster. */
-  static async start(): Promise<Rindled> {
+  static async start(...extraArgs: string[]): Promise<Rindled> {
     const dir = mkdtempSync(join(tmpdir(), "rindle-ts-"));
     chmodSync(dir, 0o755); // as root, the cluster runs as postgres, which must reach it
-    const r = new Rindled(dir, await freePort());
+    const r = new Rindled(dir, await freePort(), extraArgs);
     await r.run();
     return r;
   }
@@ -55,7 +59,7 @@ export class Rindled {
   async run(): Promise<void> {
     const env = { ...process.env };
     delete env.DATABASE_URL;
-    this.proc = spawn(rindledBin(), ["-addr", `127.0.0.1:${this.port}`, "-data", this.dataDir, "-demo", "false", "-host-id", "ts-test", "-lease-ttl", "2s", "-drain-timeout", "5s"], {
+    this.proc = spawn(rindledBin(), ["-addr", `127.0.0.1:${this.port}`, "-data", this.dataDir, "-demo", "false", "-host-id", "ts-test", "-lease-ttl", "2s", "-drain-timeout", "5s", ...this.extraArgs], {
       env,
       stdio: ["ignore", "pipe", "pipe"],
     });
