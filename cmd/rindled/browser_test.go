@@ -134,7 +134,7 @@ func attr(t *testing.T, ctx context.Context, key string) string {
 	return s
 }
 
-// TestDemoPageSurvivesItsProducerKilled: the page reads through @rindle/client while the
+// TestDemoPageSurvivesItsProducerKilled: the page reads through rindle-streams while the
 // instance producing the answer is killed with SIGKILL mid-answer and restarted. The client's
 // reconnects fail, then land on the new process, which sealed the stream interrupted at start
 // (same host id); the page ends with exactly the durable text and says interrupted.

@@ -34,7 +34,7 @@ import (
 //go:embed index.html
 var page []byte
 
-// client is @rindle/client (clients/ts) bundled for the page: `npm run build` there writes it,
+// client is rindle-streams (clients/ts) bundled for the page: `npm run build` there writes it,
 // and CI checks the committed file is what the sources build.
 //
 //go:embed rindle-client.js

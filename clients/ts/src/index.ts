@@ -1,4 +1,4 @@
-// @rindle/client: the browser and Node client of rindled. Typed frames, the wire's pure
+// rindle-streams: the browser and Node client of rindled. Typed frames, the wire's pure
 // functions, a resuming reader with a durable-view fallback, and an idempotent producer.
 export * from "./frames.js";
 export * from "./wire.js";

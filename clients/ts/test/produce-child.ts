@@ -18,4 +18,4 @@ for (let got = ""; got.length < deltas.join("").length; ) {
   got += value ?? "";
 }
 process.stdout.write("produced\n");
-await new Promise(() => {});
+setInterval(() => {}, 1 << 30); // alive, thinking, until the test kills it
