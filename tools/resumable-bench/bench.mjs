@@ -6,8 +6,9 @@
 // stream, K resumers join it, and the producer pushes 300 deltas of ~24 characters at 100/s;
 // each delta carries its push time, and each resumer records push → receipt for every delta.
 // Reported: p99 of those latencies, and CPU per delivered delta (deliveries = 300 × K) of each
-// process on its own: the server (rindled plus its PostgreSQL processes, or redis-server), read
-// from /proc/PID/stat, and the client process (producer and resumers, process.cpuUsage).
+// process on its own: the server (rindled, or redis-server), the database (rindled's PostgreSQL:
+// its postmaster and backends), both read from /proc/PID/task/*/schedstat (ns, every thread), and the client process (producer
+// and resumers, process.cpuUsage).
 // Three repetitions; min/median/max.
 //
 //   cd tools/resumable-bench && npm ci && node bench.mjs            # needs redis-server on PATH
@@ -88,27 +89,46 @@ async function freePort() {
   });
 }
 
-/** CPU ms of pid and all its descendants, from /proc. */
-function treeCpuMs(root) {
+function procs() {
   const stats = new Map();
   for (const d of readdirSync("/proc")) {
     if (!/^\d+$/.test(d)) continue;
     try {
       const s = readFileSync(`/proc/${d}/stat`, "utf8");
       const f = s.slice(s.lastIndexOf(")") + 2).split(" ");
-      stats.set(Number(d), { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) });
+      const cmd = readFileSync(`/proc/${d}/cmdline`, "utf8").replaceAll("\0", " ");
+      // schedstat's first field is the time on CPU in ns: stat's utime and stime count 10 ms
+      // ticks, too coarse for a database that works a few milliseconds a run.
+      // It is per thread: a Go server's threads are summed.
+      let ns = 0;
+      for (const t of readdirSync(`/proc/${d}/task`)) ns += Number(readFileSync(`/proc/${d}/task/${t}/schedstat`, "utf8").split(" ")[0]);
+      stats.set(Number(d), { ppid: Number(f[1]), ns, cmd });
     } catch {
       // gone meanwhile
     }
   }
-  let ticks = 0;
+  return stats;
+}
+
+/** The postmaster of the cluster whose data directory lies under dir (pg_ctl detaches it from
+ * rindled, so it is not rindled's descendant). */
+function postmaster(dir) {
+  for (const [pid, s] of procs()) if (/\bpostgres -D /.test(s.cmd) && s.cmd.includes(dir) && !procs().get(s.ppid)?.cmd.includes(dir)) return pid;
+  return undefined;
+}
+
+/** CPU ms of pid and all its descendants, from /proc. */
+function treeCpuMs(root) {
+  if (root === undefined) return 0;
+  const stats = procs();
+  let ns = 0;
   const stack = [root];
   while (stack.length) {
     const p = stack.pop();
-    ticks += stats.get(p)?.ticks ?? 0;
+    ns += stats.get(p)?.ns ?? 0;
     for (const [pid, s] of stats) if (s.ppid === p) stack.push(pid);
   }
-  return ticks * 10; // USER_HZ is 100 here
+  return ns / 1e6;
 }
 
 async function startServer(side) {
@@ -124,7 +144,7 @@ async function startServer(side) {
         await new Promise((r) => setTimeout(r, 50));
       }
     }
-    return { url, token: "", pid: proc.pid, stop: async () => { proc.kill("SIGTERM"); await new Promise((r) => proc.once("exit", r)); } };
+    return { url, token: "", pid: proc.pid, dbPid: undefined, stop: async () => { proc.kill("SIGTERM"); await new Promise((r) => proc.once("exit", r)); } };
   }
   const { startRindled } = await import("../rindled.mjs");
   const work = mkdtempSync(join(tmpdir(), "resumable-bench-"));
@@ -134,6 +154,7 @@ async function startServer(side) {
     url: r.base,
     token: r.token("-sub", "bench", "-scope", "producer"),
     pid: r.proc.pid,
+    dbPid: postmaster(work),
     stop: async () => {
       r.proc.kill("SIGTERM");
       await new Promise((ok) => (r.proc.exitCode !== null ? ok() : r.proc.on("exit", ok)));
@@ -145,11 +166,14 @@ async function startServer(side) {
 async function once(side, k) {
   const srv = await startServer(side);
   try {
+    if (side === "rindled" && srv.dbPid === undefined) throw new Error("rindled's PostgreSQL was not found under its data directory");
     const before = treeCpuMs(srv.pid);
+    const dbBefore = treeCpuMs(srv.dbPid);
     const out = execFileSync(process.execPath, [self, "--client", side, String(k), srv.url, srv.token], { encoding: "utf8", maxBuffer: 1 << 20 });
     const serverCpuMs = treeCpuMs(srv.pid) - before;
+    const dbCpuMs = treeCpuMs(srv.dbPid) - dbBefore;
     const r = JSON.parse(out.trim().split("\n").pop());
-    return { ...r, serverCpuMs };
+    return { ...r, serverCpuMs, dbCpuMs };
   } finally {
     await srv.stop();
   }
@@ -161,8 +185,8 @@ async function main() {
     return `${s[0].toFixed(d)}/${s[Math.floor(s.length / 2)].toFixed(d)}/${s[s.length - 1].toFixed(d)}`;
   };
   console.log(`workload: one stream, ${DELTAS} deltas of ~24 chars at ${RATE}/s, K resumers; ${REPS} repetitions, each a fresh server and client process; min/median/max`);
-  console.log("| K | side | deliveries | p99 ms | server µs CPU/delivery | client µs CPU/delivery |");
-  console.log("| --- | --- | --- | --- | --- | --- |");
+  console.log("| K | side | deliveries | p99 ms | server µs CPU/delivery | PostgreSQL µs CPU/delivery | client µs CPU/delivery |");
+  console.log("| --- | --- | --- | --- | --- | --- | --- |");
   for (const k of KS) {
     const runs = { rindled: [], redis: [] };
     for (let rep = 0; rep < REPS; rep++) for (const side of ["rindled", "redis"]) runs[side].push(await once(side, k));
@@ -170,7 +194,7 @@ async function main() {
       const rs = runs[side];
       const bad = rs.find((r) => r.deliveries !== DELTAS * k);
       if (bad) throw new Error(`${side} K=${k}: ${bad.deliveries} deliveries, want ${DELTAS * k}`);
-      console.log(`| ${k} | ${side === "rindled" ? "drop-in on rindled" : "resumable-stream on Redis"} | ${DELTAS * k} | ${fmt(rs.map((r) => r.p99))} | ${fmt(rs.map((r) => (r.serverCpuMs * 1000) / r.deliveries))} | ${fmt(rs.map((r) => (r.clientCpuMs * 1000) / r.deliveries))} |`);
+      console.log(`| ${k} | ${side === "rindled" ? "drop-in on rindled" : "resumable-stream on Redis"} | ${DELTAS * k} | ${fmt(rs.map((r) => r.p99))} | ${fmt(rs.map((r) => (r.serverCpuMs * 1000) / r.deliveries))} | ${side === "redis" ? "none" : fmt(rs.map((r) => (r.dbCpuMs * 1000) / r.deliveries))} | ${fmt(rs.map((r) => (r.clientCpuMs * 1000) / r.deliveries))} |`);
     }
   }
 }
