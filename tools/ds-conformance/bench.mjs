@@ -134,21 +134,32 @@ async function measure(c, tag) {
 const here = dirname(fileURLToPath(import.meta.url));
 const ticks = 100; // USER_HZ on Linux
 
-// cpuSeconds sums user and system CPU of the processes whose command line contains needle, or
-// of the one process pid.
+// cpuSeconds sums user and system CPU of the processes whose command line contains needle and
+// of all their descendants (rindled's PostgreSQL backends name no directory on their command
+// line: they count as the postmaster's children), or of the one process pid.
 function cpuSeconds({ needle, pid }) {
-  let total = 0;
+  const procs = new Map();
   for (const d of readdirSync("/proc")) {
     if (!/^[0-9]+$/.test(d)) continue;
     try {
-      if (pid ? Number(d) !== pid : !readFileSync(`/proc/${d}/cmdline`, "utf8").includes(needle)) continue;
       const stat = readFileSync(`/proc/${d}/stat`, "utf8");
       const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      total += (Number(f[11]) + Number(f[12])) / ticks; // utime, stime
+      const matched = pid ? Number(d) === pid : readFileSync(`/proc/${d}/cmdline`, "utf8").includes(needle);
+      procs.set(Number(d), { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12])) / ticks, matched }); // utime, stime
     } catch {
       // the process ended while we read it
     }
   }
+  const counted = (p, seen = new Set()) => {
+    for (let at = p; at && !seen.has(at); at = procs.get(at)?.ppid) {
+      seen.add(at);
+      if (procs.get(at)?.matched) return true;
+      if (pid) return false; // the one process, not its children
+    }
+    return false;
+  };
+  let total = 0;
+  for (const [p, s] of procs) if (counted(p)) total += s.cpu;
   return total;
 }
 
