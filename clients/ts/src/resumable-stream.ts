@@ -61,7 +61,7 @@ export function createResumableStreamContext(options: CreateResumableStreamConte
   const waitUntil = options.waitUntil ?? ((p: Promise<unknown>) => void p.catch(() => {}));
   const key = (streamId: string) => `${prefix}:${streamId}`;
   const path = (streamId: string, route = "") => url(options.baseUrl, `/v1/streams/${encodeURIComponent(key(streamId))}${route}`);
-  // What this context produced, and whether each is sealed: its own answers are known at once.
+  // What this context produced or saw end, and whether each is sealed: known at once here.
   const produced = new Map<string, "producing" | "DONE">();
 
   async function view(streamId: string): Promise<View | undefined> {
@@ -163,6 +163,9 @@ export function createResumableStreamContext(options: CreateResumableStreamConte
       return true;
     };
     const finish = (controller: ReadableStreamDefaultController<string>, status: string, error?: string) => {
+      // rindled sends the end only once the seal committed: this context knows it is done,
+      // where the view (which follows CDC) may not show it yet.
+      produced.set(streamId, "DONE");
       if (status === "complete" || status === "cancelled") controller.close();
       else controller.error(new StreamEndedError(streamId, status, error));
     };
