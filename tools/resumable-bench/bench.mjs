@@ -113,7 +113,8 @@ function procs() {
 /** The postmaster of the cluster whose data directory lies under dir (pg_ctl detaches it from
  * rindled, so it is not rindled's descendant). */
 function postmaster(dir) {
-  for (const [pid, s] of procs()) if (/\bpostgres -D /.test(s.cmd) && s.cmd.includes(dir) && !procs().get(s.ppid)?.cmd.includes(dir)) return pid;
+  const all = procs();
+  for (const [pid, s] of all) if (/\bpostgres -D /.test(s.cmd) && s.cmd.includes(dir) && !all.get(s.ppid)?.cmd.includes(dir)) return pid;
   return undefined;
 }
 
