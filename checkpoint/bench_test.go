@@ -260,9 +260,12 @@ func BenchmarkWALPerByte(b *testing.B) {
 // BenchmarkCheckpointSaturation is the durable plane's ceiling beside PostgreSQL's own: 16
 // streams (rindled's default pool on this machine) checkpoint back to back through the Store
 // (its default group commit), then through a Store with group commit off, then pgbench runs the
-// same checkpoint statement from 16 clients, one per transaction, against the same database,
-// for the same time. It reports the three rates and the Stores' ratios to pgbench (their share
-// of what the server does with that statement). Every side commits with fsync on.
+// same checkpoint statements from 16 clients against the same database, for the same time, in
+// transactions of the same size as the grouped Store's: G checkpoints of G different streams,
+// sent as one pipeline closed by one Sync (one implicit transaction, one round trip), as
+// WriteRows sends them. G is the grouped run's checkpoints per transaction, counted by the DB
+// the Store writes through. It reports the rates and the Stores' ratios to pgbench's
+// checkpoints/s (its transactions/s × G). Every side commits with fsync on.
 func BenchmarkCheckpointSaturation(b *testing.B) {
 	pgbench, err := pgcluster.Binary("pgbench")
 	if err != nil {
@@ -275,19 +278,22 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 		ctx := b.Context()
 		_, err := db.Pool.Exec(ctx, `INSERT INTO messages (id, owner) SELECT p || g, 'bench' FROM generate_series(1, $1) g, unnest(ARRAY['s', 'u']) p`, clients)
 		require.NoError(b, err)
-		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status, host) SELECT 'p' || g, 'bench', 'streaming', 'bench' FROM generate_series(0, $1 - 1) g`, clients)
-		require.NoError(b, err)
-		// rate runs the clients through a Store for runFor: prefix names their streams.
-		rate := func(prefix string, cfg checkpoint.Config) float64 {
-			cfg.DB, cfg.HostID = checkpoint.PoolDB(db.Pool), "bench"
+		// rate runs the clients through a Store for runFor: prefix names their streams. It
+		// returns checkpoints/s and checkpoints per transaction.
+		rate := func(prefix string, cfg checkpoint.Config) (float64, float64) {
+			counted := &countingDB{DB: checkpoint.PoolDB(db.Pool)}
+			cfg.DB, cfg.HostID = counted, "bench"
 			store, err := checkpoint.New(cfg)
 			require.NoError(b, err)
 			var done atomic.Int64
 			var wg sync.WaitGroup
+			for i := range clients {
+				require.NoError(b, store.Open(ctx, producer.OpenInput{StreamID: fmt.Sprintf("%s%d", prefix, i+1)}))
+			}
+			counted.txs.Store(0) // count the checkpoints' transactions only
 			deadline := time.Now().Add(runFor)
 			for i := range clients {
 				id := fmt.Sprintf("%s%d", prefix, i+1)
-				require.NoError(b, store.Open(ctx, producer.OpenInput{StreamID: id}))
 				wg.Go(func() {
 					var at producer.Seq
 					for time.Now().Before(deadline) {
@@ -301,35 +307,68 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 				})
 			}
 			wg.Wait()
-			return float64(done.Load()) / runFor.Seconds()
+			return float64(done.Load()) / runFor.Seconds(), float64(done.Load()) / float64(max(1, counted.txs.Load()))
 		}
-		ours := rate("s", checkpoint.Config{})
-		alone := rate("u", checkpoint.Config{MaxGroup: 1}) // group commit off: one transaction per checkpoint
+		ours, perTx := rate("s", checkpoint.Config{})
+		alone, _ := rate("u", checkpoint.Config{MaxGroup: 1}) // group commit off: one transaction per checkpoint
 
-		// The same statement Store.Append sends (the length CAS driving the chunk insert), its
-		// offsets computed in SQL because a pgbench client keeps no state between transactions.
-		script := filepath.Join(b.TempDir(), "checkpoint.sql")
-		require.NoError(b, os.WriteFile(script, []byte(`WITH cas AS (
-  UPDATE messages SET seq = seq + 300 WHERE id = 'p' || :client_id AND status = 'streaming' AND host = 'bench'
+		// pgbench client c writes streams 'p<c>-1' … 'p<c>-<G>', one statement each per
+		// transaction: the statement Store.Append sends (the length CAS driving the chunk
+		// insert), its offsets computed in SQL because a pgbench client keeps no state between
+		// transactions.
+		group := max(1, int(perTx+0.5))
+		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status, host) SELECT 'p' || c || '-' || k, 'bench', 'streaming', 'bench' FROM generate_series(0, $1 - 1) c, generate_series(1, $2) k`, clients, group) // pgbench numbers its clients from 0
+		require.NoError(b, err)
+		var script strings.Builder
+		script.WriteString("\\startpipeline\n")
+		for k := 1; k <= group; k++ {
+			fmt.Fprintf(&script, `WITH cas AS (
+  UPDATE messages SET seq = seq + 300 WHERE id = 'p' || :client_id || '-%[1]d' AND status = 'streaming' AND host = 'bench'
   RETURNING seq, cancel_requested
 ), ins AS (
   INSERT INTO message_chunks (stream_id, seq, text, traceparent)
-  SELECT 'p' || :client_id, seq, '`+text+`', NULL FROM cas
+  SELECT 'p' || :client_id || '-%[1]d', seq, '%[2]s', NULL FROM cas
 )
 SELECT * FROM cas;
-`), 0o644))
-		cmd := exec.CommandContext(ctx, pgbench, "-n", "-M", "prepared", "-f", script, "-c", fmt.Sprint(clients), "-j", "2",
+`, k, text)
+		}
+		script.WriteString("\\endpipeline\n")
+		path := filepath.Join(b.TempDir(), "checkpoint.sql")
+		require.NoError(b, os.WriteFile(path, []byte(script.String()), 0o644))
+		cmd := exec.CommandContext(ctx, pgbench, "-n", "-M", "prepared", "-f", path, "-c", fmt.Sprint(clients), "-j", "2",
 			"-T", fmt.Sprint(int(runFor.Seconds())), db.URL)
 		out, err := cmd.CombinedOutput()
 		require.NoError(b, err, "%s", out)
 		m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
 		require.NotNil(b, m, "%s", out)
-		theirs, err := strconv.ParseFloat(string(m[1]), 64)
+		tps, err := strconv.ParseFloat(string(m[1]), 64)
 		require.NoError(b, err)
+		var moved int64
+		require.NoError(b, db.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE id LIKE 'p%' AND seq > 0`).Scan(&moved))
+		require.Equal(b, int64(clients*group), moved, "every pgbench stream took checkpoints: the script wrote what it claims")
+		theirs := tps * float64(group)
 		b.ReportMetric(ours, "store-checkpoints/s")
+		b.ReportMetric(perTx, "store-checkpoints/tx")
 		b.ReportMetric(alone, "ungrouped-checkpoints/s")
-		b.ReportMetric(theirs, "pgbench-tps")
+		b.ReportMetric(theirs, "pgbench-checkpoints/s")
 		b.ReportMetric(ours/theirs, "ratio")
 		b.ReportMetric(alone/theirs, "ungrouped-ratio")
 	}
+}
+
+// countingDB counts the transactions a Store commits through it: each WriteRow is one, each
+// WriteRows (a group) is one.
+type countingDB struct {
+	checkpoint.DB
+	txs atomic.Int64
+}
+
+func (d *countingDB) WriteRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	d.txs.Add(1)
+	return d.DB.WriteRow(ctx, sql, args, dest...)
+}
+
+func (d *countingDB) WriteRows(ctx context.Context, writes []checkpoint.RowWrite) error {
+	d.txs.Add(1)
+	return d.DB.(checkpoint.RowsWriter).WriteRows(ctx, writes)
 }
