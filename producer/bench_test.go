@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +92,62 @@ func BenchmarkFanout(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*k), "ns/frame")
+		})
+	}
+}
+
+// BenchmarkFanoutWake is BenchmarkFanout with each of K readers in a goroutine of its own,
+// parked in Next until the push wakes it, as an HTTP reader is: every push waits until all K
+// have their frame. ns/frame (per reader-frame) includes the wake-up and the scheduler's hand-off
+// that BenchmarkFanout, pulling every queue from the pushing goroutine, leaves out. B/op is per
+// push: the frame and its shared encoding, from the stream's arena, whatever K.
+func BenchmarkFanoutWake(b *testing.B) {
+	for _, k := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			plane, s := benchPlane(b, 1<<20)
+			ctx := context.Background()
+			var got sync.WaitGroup
+			var readers sync.WaitGroup
+			var bad atomic.Int64
+			subs := make([]*producer.Subscription, k)
+			for i := range subs {
+				sub, err := plane.Subscribe(ctx, producer.SubscribeInput{StreamID: "bench"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := sub.Next(ctx); err != nil { // the open frame
+					b.Fatal(err)
+				}
+				subs[i] = sub
+				readers.Go(func() {
+					for {
+						f, err := sub.Next(ctx)
+						if err != nil {
+							return // closed below
+						}
+						if f.Type != producer.FrameChunk {
+							bad.Add(1)
+						}
+						got.Done()
+					}
+				})
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				got.Add(k)
+				if err := s.Push("tok "); err != nil {
+					b.Fatal(err)
+				}
+				got.Wait()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*k), "ns/frame")
+			for _, sub := range subs {
+				sub.Close()
+			}
+			readers.Wait()
+			if n := bad.Load(); n > 0 {
+				b.Fatalf("%d frames were not chunks", n)
+			}
 		})
 	}
 }
