@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -24,6 +25,14 @@ import (
 // rindled does. It runs in its own process (rindle-load -floor-server), like rindled, so the
 // figures measured against it are this machine's floor for the scenarios: what rindled costs
 // beyond it is rindled's; what the floor itself costs, no server here can avoid.
+//
+// The direct-write floor (rindle-load -floor-server -floor-direct) is the same server with a
+// shorter live path: an event stream's connection is hijacked once its head and catch-up are
+// written, and each delta's bytes are written straight to every reader's socket from the
+// append, by one writer per CPU, each taking a share of the readers: no goroutine per reader to
+// wake, no chunked framing, no Flush. It has no queue for a slow reader (a write that fails drops
+// the reader) and no keep-alives, so it is a floor, not a server: the cost of the write(2) calls
+// themselves, which any design that keeps a socket per reader pays.
 
 // floorStream is one stream in the floor server's memory.
 type floorStream struct {
@@ -31,6 +40,7 @@ type floorStream struct {
 	text  []byte
 	ended bool
 	subs  map[chan []byte]struct{}
+	conns []net.Conn // direct-write readers
 	// The last catch-up encoded, shared by every join at the same offset and length (as
 	// rindled shares its catch-up encodings): a herd escapes the text once.
 	catchUp                 []byte
@@ -40,6 +50,7 @@ type floorStream struct {
 type floorServer struct {
 	mu      sync.Mutex
 	streams map[string]*floorStream
+	direct  bool
 }
 
 // length is the stream's length, read under its lock.
@@ -62,6 +73,7 @@ func (f *floorServer) stream(id string) *floorStream {
 
 // broadcast sends one encoded frame to every reader; a reader whose queue is full is dropped.
 func (s *floorStream) broadcastLocked(b []byte, last bool) {
+	s.writeDirectLocked(b, last)
 	for ch := range s.subs {
 		select {
 		case ch <- b:
@@ -139,6 +151,11 @@ func (f *floorServer) routes() http.Handler {
 			catchUp = s.catchUp
 		}
 		ended := s.ended
+		if f.direct {
+			s.hijackDirect(w, head, catchUp, ended)
+			s.mu.Unlock()
+			return
+		}
 		if !ended {
 			s.subs[ch] = struct{}{}
 		}
@@ -177,13 +194,72 @@ func (f *floorServer) routes() http.Handler {
 	return mux
 }
 
-// serveFloor runs the floor server until SIGTERM, announcing its address as rindled does.
-func serveFloor() error {
+// writeDirectLocked writes b to every direct reader's socket, the readers shared out among one
+// writer per CPU; a reader whose write fails is dropped. last closes every socket after it.
+func (s *floorStream) writeDirectLocked(b []byte, last bool) {
+	if len(s.conns) == 0 {
+		return
+	}
+	parts := min(runtime.GOMAXPROCS(0), len(s.conns))
+	failed := make([][]int, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() {
+			for i := p; i < len(s.conns); i += parts {
+				c := s.conns[i]
+				if _, err := c.Write(b); err != nil || last {
+					c.Close()
+					failed[p] = append(failed[p], i)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	gone := map[int]bool{}
+	for _, f := range failed {
+		for _, i := range f {
+			gone[i] = true
+		}
+	}
+	if len(gone) > 0 {
+		kept := s.conns[:0]
+		for i, c := range s.conns {
+			if !gone[i] {
+				kept = append(kept, c)
+			}
+		}
+		s.conns = kept
+	}
+}
+
+// directHead is the direct-write floor's response head: the body runs until the connection
+// closes, so it needs no chunked framing.
+const directHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nConnection: close\r\n\r\n"
+
+// hijackDirect takes over a direct reader's connection and writes the response head, the open
+// frame and the catch-up in one write. It holds s.mu, so no delta can slip in between.
+func (s *floorStream) hijackDirect(w http.ResponseWriter, head, catchUp []byte, ended bool) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	out := append(append([]byte(directHead), head...), catchUp...)
+	if _, err := conn.Write(out); err != nil || ended {
+		conn.Close()
+		return
+	}
+	s.conns = append(s.conns, conn)
+}
+
+// serveFloor runs the floor server until SIGTERM, announcing its address as rindled does; direct
+// makes it the direct-write floor.
+func serveFloor(direct bool) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: (&floorServer{streams: map[string]*floorStream{}}).routes(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: (&floorServer{streams: map[string]*floorStream{}, direct: direct}).routes(), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Printf("floor server listening url=http://%s\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -197,13 +273,14 @@ func serveFloor() error {
 	return nil
 }
 
-// startFloor runs this binary as the floor server in its own process.
-func startFloor(ctx context.Context) (*server, func(), error) {
+// startFloor runs this binary as the floor server in its own process (the direct-write floor
+// with direct).
+func startFloor(ctx context.Context, direct bool) (*server, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.CommandContext(ctx, self, "-floor-server")
+	cmd := exec.CommandContext(ctx, self, "-floor-server", fmt.Sprintf("-floor-direct=%t", direct))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, nil, err

@@ -4,8 +4,10 @@
 // per delivered frame, memory per idle subscriber, a thundering herd of joins); the in-process
 // benchmarks (go test -bench) own the rest.
 //
-// By default it builds rindled, starts it on a private cluster in a temporary directory, and
-// runs every scenario -runs times, printing each figure's min / median / max:
+// By default it builds rindled and runs every scenario -runs times, each scenario of each
+// repetition against a fresh rindled on a fresh private cluster in a temporary directory (memory figures are deltas
+// inside the process, and a process that already ran other scenarios holds their heap and
+// stacks), printing each figure's min / median / max:
 //
 //	go run ./cmd/rindle-load
 //
@@ -58,6 +60,7 @@ type config struct {
 	keepWorkDir bool
 	serverArgs  string
 	floor       bool
+	directFloor bool
 	fresh       bool
 	longMiB     int
 }
@@ -74,14 +77,16 @@ func main() {
 	flag.IntVar(&c.joiners, "joiners", 1000, "join: readers joining one long stream at once")
 	flag.IntVar(&c.joinLength, "join-length", 100000, "join: the stream's length in UTF-16 units before they join")
 	flag.IntVar(&c.longMiB, "long-mib", 10, "long: the answer's size in MiB, ingested in one request and sealed")
-	flag.BoolVar(&c.fresh, "fresh", false, "start fresh servers (and a fresh private cluster) for every repetition, so no figure comes from a warm process")
+	flag.BoolVar(&c.fresh, "fresh", true, "start fresh servers (and a fresh private cluster) for every scenario of every repetition, so no figure comes from a warm process or from a scenario run before it; -fresh=false reuses one server for everything")
 	flag.BoolVar(&c.keepWorkDir, "keep", false, "keep the work directory (server log, cluster)")
 	flag.StringVar(&c.serverArgs, "server-args", "", "extra rindled flags, space-separated (-debug-addr 127.0.0.1:6060 to profile it)")
 	flag.BoolVar(&c.floor, "floor", false, "also run every scenario against the floor server (bare net/http from memory, in its own process) and print its figures beside rindled's")
+	flag.BoolVar(&c.directFloor, "direct-floor", false, "also run every scenario against the direct-write floor server (the floor server writing each frame straight to every reader's socket from the append, in its own process)")
 	floorServer := flag.Bool("floor-server", false, "run as the floor server (what -floor starts)")
+	direct := flag.Bool("floor-direct", false, "with -floor-server: write frames directly (what -direct-floor starts)")
 	flag.Parse()
 	if *floorServer {
-		if err := serveFloor(); err != nil {
+		if err := serveFloor(*direct); err != nil {
 			fmt.Fprintln(os.Stderr, "rindle-load floor server:", err)
 			os.Exit(1)
 		}
@@ -142,15 +147,28 @@ func run(ctx context.Context, c config) error {
 			return nil, nil, err
 		}
 		targets := []target{{"", srv}}
-		if !c.floor {
-			return targets, stopServer, nil
+		stops := []func(){stopServer}
+		stopAll := func() {
+			for _, stop := range slices.Backward(stops) {
+				stop()
+			}
 		}
-		floor, stopFloor, err := startFloor(ctx)
-		if err != nil {
-			stopServer()
-			return nil, nil, err
+		for _, f := range []struct {
+			on     bool
+			direct bool
+			prefix string
+		}{{c.floor, false, "[floor] "}, {c.directFloor, true, "[direct floor] "}} {
+			if !f.on {
+				continue
+			}
+			floor, stopFloor, err := startFloor(ctx, f.direct)
+			if err != nil {
+				stopAll()
+				return nil, nil, err
+			}
+			targets, stops = append(targets, target{f.prefix, floor}), append(stops, stopFloor)
 		}
-		return append(targets, target{"[floor] ", floor}), func() { stopFloor(); stopServer() }, nil
+		return targets, stopAll, nil
 	}
 	var targets []target
 	stopServers := func() {}
@@ -170,14 +188,14 @@ func run(ctx context.Context, c config) error {
 		figures[name] = append(figures[name], v)
 	}
 	for r := range c.runs {
-		if c.fresh {
-			stopServers()
-			stopServers = func() {}
-			if targets, stopServers, err = servers(filepath.Join(work, fmt.Sprintf("run%d", r+1))); err != nil {
-				return err
-			}
-		}
 		for _, sc := range strings.Split(c.scenarios, ",") {
+			if c.fresh {
+				stopServers()
+				stopServers = func() {}
+				if targets, stopServers, err = servers(filepath.Join(work, fmt.Sprintf("run%d-%s", r+1, strings.TrimSpace(sc)))); err != nil {
+					return err
+				}
+			}
 			// Side by side: each scenario against each server in turn, within one run.
 			for _, t := range targets {
 				id := fmt.Sprintf("%s-%d", sc, r)
@@ -201,11 +219,11 @@ func run(ctx context.Context, c config) error {
 			}
 		}
 	}
-	fmt.Printf("\n%-44s %12s %12s %12s   (%d runs)\n", "figure", "min", "median", "max", c.runs)
+	fmt.Printf("\n%-60s %12s %12s %12s   (%d runs)\n", "figure", "min", "median", "max", c.runs)
 	for _, name := range order {
 		v := slices.Clone(figures[name])
 		slices.Sort(v)
-		fmt.Printf("%-44s %12.3f %12.3f %12.3f\n", name, v[0], v[len(v)/2], v[len(v)-1])
+		fmt.Printf("%-60s %12.3f %12.3f %12.3f\n", name, v[0], v[len(v)/2], v[len(v)-1])
 	}
 	return nil
 }
@@ -694,7 +712,7 @@ func (s *server) waitView(ctx context.Context, id string, seq int) error {
 // long ingests one answer of c.longMiB MiB in a single request, seals it, and waits until the
 // view shows it complete at its full length: the server's peak resident memory (VmHWM) over the
 // whole life of the answer, less its peak before it, divided by the answer's size. Meaningful
-// only as the first scenario of a fresh server (-fresh -scenarios long): VmHWM never falls.
+// only on a fresh server (the default; not with -fresh=false): VmHWM never falls.
 func long(ctx context.Context, s *server, c config, id string, record func(string, float64)) error {
 	if s.floor {
 		return nil // the floor server stores nothing
