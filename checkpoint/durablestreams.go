@@ -30,8 +30,9 @@ import (
 // acknowledges an append only once it is durable. The transaction locks the stream's row, so
 // appends to one stream are serialized across every instance, and it commits the text, the
 // closure, the writer sequence and the producer's state together (the protocol's atomicity
-// requirement). A stream no live producer hosts is never sealed by a drain or a sweep: its
-// message row is not streaming.
+// requirement). A byte stream's append also notifies ByteStreamChannel (see Watch), so readers
+// waiting on other instances wake. A stream no live producer hosts is never sealed by a drain
+// or a sweep: its message row is not streaming.
 type Protocol struct {
 	pool *pgxpool.Pool
 }
@@ -700,6 +701,11 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 			byte_tail = CASE WHEN unit = 'byte' THEN $6 ELSE byte_tail END, byte_closed = (unit = 'byte' AND $7) WHERE path = $1`,
 			in.Path, in.StreamSeq, by, epoch, seq, int64(tail), in.Close); err != nil {
 			return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
+		}
+		if m.Binary && len(in.Path) <= maxNotifyPayload {
+			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", ByteStreamChannel, in.Path); err != nil {
+				return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
+			}
 		}
 		if in.Producer != nil {
 			if _, err := tx.Exec(ctx, `INSERT INTO ds_producers (path, producer_id, epoch, last_seq) VALUES ($1, $2, $3, $4)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -151,4 +152,70 @@ func TestAnExpiredSourceWithForksHoldsItsPath(t *testing.T) {
 	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", SameType: same})
 	require.ErrorIs(t, err, checkpoint.ErrStreamExists)
 	require.ErrorIs(t, err, checkpoint.ErrStreamGone)
+}
+
+// Issue 22: a byte stream has no view, so its appends reach other instances through
+// notifications. A watcher on its own pool (another instance) hears every committed append and
+// close of a byte stream, by path, and nothing of a refused append or of a text stream. When its
+// connection is killed it says so, listens again and reports "" (anything may have moved).
+func TestWatchHearsByteStreamAppendsFromAnotherInstance(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	writer, err := checkpoint.NewProtocol(db.Pool)
+	require.NoError(t, err)
+	other, err := pgxpool.New(ctx, db.URL)
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	watcher, err := checkpoint.NewProtocol(other)
+	require.NoError(t, err)
+
+	heard := make(chan string, 16)
+	failures := make(chan error, 16)
+	wctx, stop := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	go func() {
+		watched <- watcher.Watch(wctx, func(path string) { heard <- path }, 10*time.Millisecond, func(err error) { failures <- err })
+	}()
+	next := func(why string) string {
+		t.Helper()
+		select {
+		case p := <-heard:
+			return p
+		case <-time.After(time.Minute): // a bound on a hang, not a measurement
+			t.Fatal(why)
+			return ""
+		}
+	}
+	require.Empty(t, next("the watcher never started listening"), "listening starts with a wake of everything")
+
+	same := func(a, b string) bool { return a == b }
+	_, _, err = writer.Create(ctx, checkpoint.CreateStream{Path: "text", ContentType: "text/plain", SameType: same})
+	require.NoError(t, err)
+	_, _, err = writer.Create(ctx, checkpoint.CreateStream{Path: "bytes", ContentType: "application/octet-stream", Binary: true, SameType: same})
+	require.NoError(t, err)
+	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "text", ContentType: "text/plain", Text: "a", SameType: same})
+	require.NoError(t, err)
+	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "text/plain", Text: "x", SameType: same})
+	require.ErrorIs(t, err, checkpoint.ErrContentTypeMismatch, "a refused append commits nothing, so notifies nothing")
+	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "application/octet-stream", Text: "\x00\xff", SameType: same})
+	require.NoError(t, err)
+	require.Equal(t, "bytes", next("the byte append was never heard"), "the first thing heard is the committed byte append: not the text stream's, not the refused one")
+
+	// The watcher's connection dies: it reports the loss, listens again and wakes everything.
+	_, err = db.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN `+checkpoint.ByteStreamChannel+`'`)
+	require.NoError(t, err)
+	select {
+	case err := <-failures:
+		require.Error(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("the lost connection was never reported")
+	}
+	require.Empty(t, next("the watcher never listened again"))
+	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "application/octet-stream", Close: true, SameType: same})
+	require.NoError(t, err)
+	require.Equal(t, "bytes", next("the close was never heard"), "a close is heard too, after the reconnect")
+
+	stop()
+	require.ErrorIs(t, <-watched, context.Canceled)
 }

@@ -135,6 +135,16 @@ func (c *changes) wait(path string) <-chan struct{} {
 	return ch
 }
 
+// notifyAll wakes every waiting reader.
+func (c *changes) notifyAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for path, ch := range c.ch {
+		close(ch)
+		delete(c.ch, path)
+	}
+}
+
 func (c *changes) notify(path string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

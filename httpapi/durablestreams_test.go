@@ -3,9 +3,12 @@ package httpapi_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,4 +291,66 @@ func TestStreamsSSEFollowsAppendsLive(t *testing.T) {
 	last := readEvent()
 	require.Contains(t, last, `"streamClosed":true`)
 	require.Contains(t, last, `"streamNextOffset":"0000000000000006"`)
+}
+
+// serveWatchedStreams is serveStreams with the instance fed by checkpoint.Protocol.Watch, as
+// rindled does; it returns once the watcher listens. A subject holds one waiting read at a
+// time there, so a test can tell when its reader waits.
+func serveWatchedStreams(t *testing.T, w *world) client {
+	t.Helper()
+	streams, err := checkpoint.NewProtocol(w.db.Pool)
+	require.NoError(t, err)
+	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(t), Secret: secret, MaxBodyBytes: 4096,
+		Streams: streams, StreamsLongPoll: 30 * time.Second, StreamsPollInterval: time.Hour, MaxEventStreamsPerSubject: 1})
+	require.NoError(t, err)
+	listening := make(chan struct{})
+	var once sync.Once
+	ctx, stop := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		_ = streams.Watch(ctx, func(path string) {
+			once.Do(func() { close(listening) })
+			srv.StreamChanged(path)
+		}, 0, nil)
+	}()
+	t.Cleanup(func() { stop(); <-watched })
+	<-listening
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return client{t: t, base: hs.URL}
+}
+
+// Issue 22: a byte stream has no view row, so another instance's append reaches a reader
+// waiting here through PostgreSQL's notifications, not at the next poll (an hour here): the
+// long-poll is answered with the bytes. Before notifications it ended in 204 at its deadline.
+func TestStreamsLongPollSeesAnotherInstancesByteAppend(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	a, b := serveStreams(t, w), serveWatchedStreams(t, w)
+	prod := token(t, "svc", "producer")
+	const p = "/v1/stream/bytes-across"
+	octets := text("application/octet-stream")
+	r := a.ds("PUT", p, prod, octets, "\x00\x01")
+	require.Equal(t, http.StatusCreated, r.status)
+	tail := r.h.Get("Stream-Next-Offset")
+	got := make(chan dsReply, 1)
+	go func() {
+		for { // a 429 here is the probe below holding the slot for a moment
+			if r := b.ds("GET", p+"?live=long-poll&offset="+tail, prod, nil, ""); r.status != http.StatusTooManyRequests {
+				got <- r
+				return
+			}
+		}
+	}()
+	// The long-poll holds the subject's one waiting read, so a probe gets 429 once it is in
+	// flight. The probe reads from the start, so when it does get the slot it answers at once.
+	require.Eventually(t, func() bool {
+		return b.ds("GET", p+"?live=long-poll&offset=-1", prod, nil, "").status == http.StatusTooManyRequests
+	}, time.Minute, 5*time.Millisecond, "the long-poll never started waiting")
+	require.Equal(t, http.StatusNoContent, a.ds("POST", p, prod, octets, "\xff\x00\xfe").status)
+	r = <-got
+	require.Equal(t, http.StatusOK, r.status, "the long-poll on the other instance ended without the append")
+	require.Equal(t, "\xff\x00\xfe", r.body)
+	require.Equal(t, "0000000000000005", r.h.Get("Stream-Next-Offset"))
 }

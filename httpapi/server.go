@@ -78,8 +78,9 @@ type Config struct {
 	// (the protocol asks for about a minute). Defaults to DefaultStreamsSSELifetime.
 	StreamsSSELifetime time.Duration
 	// StreamsPollInterval is how often a waiting protocol reader re-reads the store even when
-	// nothing woke it: another instance's appends arrive through the view, and this bounds
-	// how late they can be if the view lags. Defaults to DefaultStreamsPollInterval.
+	// nothing woke it: another instance's appends arrive through the view (text streams) or
+	// through StreamChanged (byte streams, when fed by checkpoint.Protocol.Watch), and this
+	// bounds how late they can be if either lags. Defaults to DefaultStreamsPollInterval.
 	StreamsPollInterval time.Duration
 	// BodyTimeout bounds reading a whole request body, on every route but ingest: a body that
 	// has not arrived by then fails the request. Defaults to DefaultBodyTimeout.
@@ -266,6 +267,18 @@ const DefaultSSERetry = 2 * time.Second
 
 // Handler serves the API, its OpenAPI document (/openapi.json) and docs (/docs).
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// StreamChanged wakes the protocol readers waiting on the stream at path, which another
+// instance changed; "" wakes every one (anything may have changed). Each re-reads the store.
+// Feed it checkpoint.Protocol.Watch, so byte streams, which have no view, reach readers here
+// at once rather than at their next poll.
+func (s *Server) StreamChanged(path string) {
+	if path == "" {
+		s.streamChanges.notifyAll()
+		return
+	}
+	s.streamChanges.notify(path)
+}
 
 // API exposes the huma API (its OpenAPI document) for generators and tests.
 func (s *Server) API() huma.API { return s.api }

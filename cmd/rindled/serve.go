@@ -299,6 +299,17 @@ func (in *server) httpHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Byte streams reach readers waiting on this instance through PostgreSQL's notifications
+	// (text streams come through CDC and the view).
+	wctx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		_ = streams.Watch(wctx, api.StreamChanged, 0, func(err error) {
+			in.logger.Warn("durable streams: byte-stream notifications lost; readers poll until they are back", "err", err)
+		})
+	}()
+	in.onStop(func() { stopWatch(); <-watched })
 	mux := http.NewServeMux()
 	mux.Handle("/", api.Handler())
 	if in.s.demoOn() {
