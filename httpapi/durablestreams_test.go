@@ -6,7 +6,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -300,9 +299,9 @@ func serveWatchedStreams(t *testing.T, w *world) client {
 	t.Helper()
 	streams, err := checkpoint.NewProtocol(w.db.Pool)
 	require.NoError(t, err)
-	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(t), Secret: secret, MaxBodyBytes: 4096,
-		Streams: streams, StreamsLongPoll: 30 * time.Second, StreamsPollInterval: time.Hour, MaxEventStreamsPerSubject: 1})
-	require.NoError(t, err)
+	c, srv := serveServer(t, w, func(c *httpapi.Config) {
+		c.Streams, c.StreamsLongPoll, c.StreamsPollInterval, c.MaxEventStreamsPerSubject = streams, 30*time.Second, time.Hour, 1
+	})
 	listening := make(chan struct{})
 	var once sync.Once
 	ctx, stop := context.WithCancel(context.Background())
@@ -316,9 +315,7 @@ func serveWatchedStreams(t *testing.T, w *world) client {
 	}()
 	t.Cleanup(func() { stop(); <-watched })
 	<-listening
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return client{t: t, base: hs.URL}
+	return c
 }
 
 // Issue 22: a byte stream has no view row, so another instance's append reaches a reader

@@ -77,6 +77,13 @@ func (r reply) json(t *testing.T) map[string]any {
 
 func serve(t *testing.T, w *world, change ...func(*httpapi.Config)) client {
 	t.Helper()
+	c, _ := serveServer(t, w, change...)
+	return c
+}
+
+// serveServer is serve, with the Server it serves.
+func serveServer(t *testing.T, w *world, change ...func(*httpapi.Config)) (client, *httpapi.Server) {
+	t.Helper()
 	cfg := httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(t), Secret: secret, MaxBodyBytes: 4096}
 	for _, f := range change {
 		f(&cfg)
@@ -85,7 +92,7 @@ func serve(t *testing.T, w *world, change ...func(*httpapi.Config)) client {
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return client{t: t, base: hs.URL}
+	return client{t: t, base: hs.URL}, srv
 }
 
 func TestHTTPRoutesAndErrors(t *testing.T) {

@@ -67,18 +67,8 @@ func BenchmarkFanout(b *testing.B) {
 	for _, k := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
 			plane, s := benchPlane(b, 1<<20)
-			subs := make([]*producer.Subscription, k)
 			ctx := context.Background()
-			for i := range subs {
-				sub, err := plane.Subscribe(ctx, producer.SubscribeInput{StreamID: "bench"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := sub.Next(ctx); err != nil { // the open frame
-					b.Fatal(err)
-				}
-				subs[i] = sub
-			}
+			subs := benchReaders(b, plane, k)
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := s.Push("tok "); err != nil {
@@ -96,6 +86,24 @@ func BenchmarkFanout(b *testing.B) {
 	}
 }
 
+// benchReaders attaches k readers to the bench stream, each past its open frame.
+func benchReaders(b *testing.B, plane *producer.Plane, k int) []*producer.Subscription {
+	b.Helper()
+	ctx := context.Background()
+	subs := make([]*producer.Subscription, k)
+	for i := range subs {
+		sub, err := plane.Subscribe(ctx, producer.SubscribeInput{StreamID: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := sub.Next(ctx); err != nil { // the open frame
+			b.Fatal(err)
+		}
+		subs[i] = sub
+	}
+	return subs
+}
+
 // BenchmarkFanoutWake is BenchmarkFanout with each of K readers in a goroutine of its own,
 // parked in Next until the push wakes it, as an HTTP reader is: every push waits until all K
 // have their frame. ns/frame (per reader-frame) includes the wake-up and the scheduler's hand-off
@@ -109,16 +117,8 @@ func BenchmarkFanoutWake(b *testing.B) {
 			var got sync.WaitGroup
 			var readers sync.WaitGroup
 			var bad atomic.Int64
-			subs := make([]*producer.Subscription, k)
-			for i := range subs {
-				sub, err := plane.Subscribe(ctx, producer.SubscribeInput{StreamID: "bench"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := sub.Next(ctx); err != nil { // the open frame
-					b.Fatal(err)
-				}
-				subs[i] = sub
+			subs := benchReaders(b, plane, k)
+			for _, sub := range subs {
 				readers.Go(func() {
 					for {
 						f, err := sub.Next(ctx)
