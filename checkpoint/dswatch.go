@@ -33,9 +33,13 @@ func (p *Protocol) Watch(ctx context.Context, changed func(path string), maxBack
 	if maxBackoff <= 0 {
 		maxBackoff = 5 * time.Second
 	}
-	delay := 50 * time.Millisecond
+	const first = 50 * time.Millisecond
+	delay := first
 	for {
-		err := listen(ctx, p.pool, changed)
+		listened, err := listen(ctx, p.pool, changed)
+		if listened {
+			delay = first // a session that listened starts the backoff over
+		}
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
@@ -55,11 +59,12 @@ func (p *Protocol) Watch(ctx context.Context, changed func(path string), maxBack
 	}
 }
 
-// listen runs one LISTEN session until its connection fails or ctx ends.
-func listen(ctx context.Context, pool *pgxpool.Pool, changed func(path string)) error {
+// listen runs one LISTEN session until its connection fails or ctx ends; listened says
+// whether it got as far as listening.
+func listen(ctx context.Context, pool *pgxpool.Pool, changed func(path string)) (listened bool, err error) {
 	c, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("checkpoint: watch byte streams: %w", err)
+		return false, fmt.Errorf("checkpoint: watch byte streams: %w", err)
 	}
 	// The session is LISTENing: it never goes back to the pool, whose other users would
 	// inherit the LISTEN.
@@ -71,13 +76,13 @@ func listen(ctx context.Context, pool *pgxpool.Pool, changed func(path string)) 
 		_ = conn.Close(cctx)
 	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+ByteStreamChannel); err != nil {
-		return fmt.Errorf("checkpoint: watch byte streams: %w", err)
+		return false, fmt.Errorf("checkpoint: watch byte streams: %w", err)
 	}
 	changed("")
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("checkpoint: watch byte streams: %w", err)
+			return true, fmt.Errorf("checkpoint: watch byte streams: %w", err)
 		}
 		changed(n.Payload)
 	}
