@@ -42,6 +42,11 @@
 //
 //	held ──renewals fail until TTL-Guard──▶ lost: Suspend ──a renewal commits──▶ held: Resume → Reclaim
 //
+// Protocol stores the Durable Streams protocol's streams (ds_streams, ds_producers, ds_bytes,
+// and a text stream's messages row and chunks), on the default table names only: it does not
+// honour the mapping yet. Its Watch listens for byte-stream appends committed anywhere, the
+// only protocol change that reaches other instances without the CDC reader.
+//
 // Store (beyond its group-commit queue) and Sweeper hold no state beyond their configuration and
 // are safe for concurrent use;
 // Lease and Sweeper each own one goroutine between Start and Stop. Errors a caller can act on:

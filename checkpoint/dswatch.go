@@ -15,15 +15,15 @@ import (
 // needs none: its append reaches every instance through the CDC reader and the view.
 const ByteStreamChannel = "rindle_ds_bytes"
 
-// maxNotifyPayload is PostgreSQL's limit on a notification's payload, less one. A longer path is
-// not notified; its readers on other instances fall back to their poll.
+// maxNotifyPayload is the longest notification payload PostgreSQL takes (it must be shorter
+// than 8000 bytes). A longer path is not notified; its readers on other instances poll.
 const maxNotifyPayload = 7999
 
 // Watch listens for byte-stream appends committed by any instance and calls changed with each
 // stream's path, from one goroutine, until ctx ends; then it returns ctx's cause. The LISTEN
-// holds a connection of its own, taken out of the pool (which may open another in its place). Each time it (re)starts listening it calls
-// changed(""): anything may have moved while it was not listening, so a caller wakes every
-// reader it has waiting. A lost connection is retried with jittered backoff capped at
+// holds a connection of its own, taken out of the pool (which may open another in its place).
+// Each time it (re)starts listening it calls changed(""): anything may have moved while it was
+// not listening, so a caller wakes every reader it has waiting. A lost connection is retried with jittered backoff capped at
 // maxBackoff (a zero maxBackoff means 5 s); onError, if set, hears why each attempt failed.
 //
 // Notifications are a wake-up, not a record: a reader woken reads the store, and readers keep
