@@ -372,3 +372,37 @@ func (d *countingDB) WriteRows(ctx context.Context, writes []checkpoint.RowWrite
 	d.txs.Add(1)
 	return d.DB.(checkpoint.RowsWriter).WriteRows(ctx, writes)
 }
+
+// BenchmarkProtocolAppend is the Durable Streams store's append with W writers, each appending
+// to its own text stream with one append in flight (bench.mjs's appends workload without HTTP),
+// on the real server with fsync on: acknowledged appends per second.
+func BenchmarkProtocolAppend(b *testing.B) {
+	for _, writers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("W%d", writers), func(b *testing.B) {
+			db := pgtest.NewDB(b)
+			p, err := checkpoint.NewProtocol(db.Pool)
+			require.NoError(b, err)
+			same := func(a, b string) bool { return a == b }
+			for w := range writers {
+				_, _, err := p.Create(b.Context(), checkpoint.CreateStream{Path: fmt.Sprintf("w%d", w), ContentType: "text/plain", SameType: same})
+				require.NoError(b, err)
+			}
+			var next atomic.Int64
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					path := fmt.Sprintf("w%d", w)
+					for next.Add(1) <= int64(b.N) {
+						if _, err := p.Append(context.Background(), checkpoint.AppendStream{Path: path, ContentType: "text/plain", Text: "delta é😀 ", SameType: same}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+		})
+	}
+}

@@ -350,8 +350,16 @@ func (r rows) arg(data string) any {
 }
 
 func (r rows) insert(ctx context.Context, tx pgx.Tx, seq producer.Seq, data string) error {
-	_, err := tx.Exec(ctx, "INSERT INTO "+r.table+" ("+r.key+", seq, "+r.data+") VALUES ($1, $2, $3)", r.keyValue, int64(seq), r.arg(data))
+	_, err := tx.Exec(ctx, r.insertSQL(), r.keyValue, int64(seq), r.arg(data))
 	return err
+}
+
+func (r rows) queueInsert(b *pgx.Batch, seq producer.Seq, data string) {
+	b.Queue(r.insertSQL(), r.keyValue, int64(seq), r.arg(data))
+}
+
+func (r rows) insertSQL() string {
+	return "INSERT INTO " + r.table + " (" + r.key + ", seq, " + r.data + ") VALUES ($1, $2, $3)"
 }
 
 // Create creates the stream, or confirms one with the same configuration (created false).
@@ -621,103 +629,203 @@ func (p *Protocol) Delete(ctx context.Context, path string) error {
 }
 
 // Append appends (and or closes) in one transaction, with the protocol's checks in its order:
-// closed, content type, producer, writer sequence.
+// closed, content type, producer, writer sequence. The transaction takes two round trips: one
+// pipeline begins it, locks the stream's row and reads what the checks need (the stream, its
+// closure and writer sequence, the producer's state, locked); the other carries the writes
+// and the COMMIT. A request refused after the reads rolls back, having written nothing.
 func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutcome, err error) {
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		m, err := lockMeta(ctx, tx, in.Path)
-		if err != nil {
+	for range 3 {
+		out, err = p.appendOnce(ctx, in)
+		if !errors.Is(err, errExpired) {
+			return out, err
+		}
+		// Rare: an expired stream. Its answer (missing, or gone while forks of it live) is
+		// lockMeta's, in a transaction of its own; a stream that is alive there was re-created
+		// meanwhile, and the append tries again.
+		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			_, err := lockMeta(ctx, tx, in.Path)
 			return err
+		})
+		if err != nil {
+			return out, err
 		}
-		out = AppendOutcome{Tail: m.Tail, From: m.Tail, Closed: m.Closed, Created: m.Created}
-		if m.Closed {
-			var by *string
-			var epoch, seq *int64
-			if err := tx.QueryRow(ctx, "SELECT closed_by, closed_epoch, closed_seq FROM ds_streams WHERE path = $1", in.Path).Scan(&by, &epoch, &seq); err != nil {
-				return fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err)
-			}
-			switch {
-			case in.Producer != nil && by != nil && *by == in.Producer.ID && *epoch == in.Producer.Epoch && *seq == in.Producer.Seq:
-				out.Duplicate, out.ProducerEpoch, out.ProducerSeq = true, *epoch, *seq
-				return nil
-			case in.Text == "" && in.Close:
-				out.AlreadyClosed = true
-				return nil
-			}
-			return &StreamClosedError{Tail: m.Tail}
-		}
-		if in.Text != "" && !in.SameType(m.ContentType, in.ContentType) {
-			return ErrContentTypeMismatch
-		}
-		if in.Invalid == nil && !m.Binary && !utf8.ValidString(in.Text) {
-			// A text stream made before byte streams existed, under a type that now means bytes.
-			in.Invalid = errors.New("the body is not UTF-8 text, and this stream holds text (offsets are UTF-16 units)")
-		}
-		if in.Invalid != nil {
-			return &InvalidBodyError{Err: in.Invalid}
-		}
-		if in.Producer != nil {
-			dup, err := checkProducer(ctx, tx, in.Path, *in.Producer)
-			if err != nil {
-				return err
-			}
-			out.ProducerEpoch, out.ProducerSeq = in.Producer.Epoch, in.Producer.Seq
-			if dup != nil {
-				out.Duplicate, out.ProducerSeq = true, *dup
-				return nil
+	}
+	return out, fmt.Errorf("checkpoint: append to stream %s: it expired and was re-created on every try", in.Path)
+}
+
+// appendOnce is one try of Append; errExpired when the stream has expired.
+func (p *Protocol) appendOnce(ctx context.Context, in AppendStream) (out AppendOutcome, err error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return out, fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
+	}
+	// A connection left inside a transaction (a failed ROLLBACK) is destroyed on release.
+	defer conn.Release()
+	st, err := readAppendState(ctx, conn, in)
+	if err == nil {
+		var writes *pgx.Batch
+		out, writes, err = planAppend(st, in)
+		if err == nil && writes != nil {
+			writes.Queue("COMMIT")
+			if err = conn.SendBatch(ctx, writes).Close(); err != nil {
+				err = fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
 			}
 		}
-		if in.StreamSeq != "" {
-			var last *string
-			if err := tx.QueryRow(ctx, "SELECT stream_seq FROM ds_streams WHERE path = $1", in.Path).Scan(&last); err != nil {
-				return fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err)
-			}
-			if last != nil && in.StreamSeq <= *last {
-				return ErrSeqRegression
-			}
+	}
+	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+		// Refused, failed, or nothing to write: nothing of it stays.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil && err == nil {
+			err = fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, rerr)
 		}
-		tail := m.Tail
-		if in.Text != "" {
-			tail += m.Len(in.Text)
-			if err := rowsOf(m).insert(ctx, tx, tail, in.Text); err != nil {
-				return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
-			}
-		}
-		if !m.Binary {
-			status := "pending"
-			if in.Close {
-				status = "complete"
-			}
-			if _, err := tx.Exec(ctx, "UPDATE messages SET seq = $2, status = $3, updated_at = now() WHERE id = $1", m.MessageID, int64(tail), status); err != nil {
-				return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
-			}
-		}
-		var by *string
-		var epoch, seq *int64
-		if in.Close && in.Producer != nil {
-			by, epoch, seq = &in.Producer.ID, &in.Producer.Epoch, &in.Producer.Seq
-		}
-		if _, err := tx.Exec(ctx, `UPDATE ds_streams SET accessed_at = now(), stream_seq = coalesce(NULLIF($2, ''), stream_seq),
-			closed_by = coalesce($3, closed_by), closed_epoch = coalesce($4, closed_epoch), closed_seq = coalesce($5, closed_seq),
-			byte_tail = CASE WHEN unit = 'byte' THEN $6 ELSE byte_tail END, byte_closed = (unit = 'byte' AND $7) WHERE path = $1`,
-			in.Path, in.StreamSeq, by, epoch, seq, int64(tail), in.Close); err != nil {
-			return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
-		}
-		if m.Binary && len(in.Path) <= maxNotifyPayload {
-			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", ByteStreamChannel, in.Path); err != nil {
-				return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
-			}
-		}
-		if in.Producer != nil {
-			if _, err := tx.Exec(ctx, `INSERT INTO ds_producers (path, producer_id, epoch, last_seq) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (path, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, last_seq = EXCLUDED.last_seq, updated_at = now()`,
-				in.Path, in.Producer.ID, in.Producer.Epoch, in.Producer.Seq); err != nil {
-				return fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
-			}
-		}
-		out.Tail, out.Closed = tail, in.Close
-		return nil
-	})
+	}
 	return out, err
+}
+
+// rollbackTimeout bounds the ROLLBACK of a refused append, which runs even when the caller's
+// context has ended (the connection goes back to the pool either idle or destroyed).
+const rollbackTimeout = 10 * time.Second
+
+// errExpired is Append's read of an expired stream, answered by lockMeta's path.
+var errExpired = errors.New("checkpoint: stream expired")
+
+// appendState is what Append reads, under the stream's row lock, before it decides.
+type appendState struct {
+	meta                StreamMeta
+	closedBy            *string
+	closedEpoch, closed *int64
+	streamSeq           *string
+	// producer's state, when the request names one: found, and its epoch and last seq.
+	producerFound             bool
+	producerEpoch, producerAt int64
+}
+
+// readAppendState begins the transaction and reads, in one pipeline: the stream's row lock
+// first, then (each in a statement of its own, as lockMeta explains) the stream, its closure
+// and writer sequence, and the producer's state, locked.
+func readAppendState(ctx context.Context, conn *pgxpool.Conn, in AppendStream) (st appendState, err error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT 1 FROM ds_streams WHERE path = $1 FOR UPDATE", in.Path)
+	b.Queue(`SELECT `+metaColumns, in.Path)
+	b.Queue("SELECT closed_by, closed_epoch, closed_seq, stream_seq FROM ds_streams WHERE path = $1", in.Path)
+	if in.Producer != nil {
+		b.Queue("SELECT epoch, last_seq FROM ds_producers WHERE path = $1 AND producer_id = $2 FOR UPDATE", in.Path, in.Producer.ID)
+	}
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("checkpoint: read stream %s: %w", in.Path, cerr)
+		}
+	}()
+	fail := func(err error) error { return fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err) }
+	for range 2 { // BEGIN, the lock
+		if _, err := br.Exec(); err != nil {
+			return st, fail(err)
+		}
+	}
+	m, expired, gone, err := scanMeta(br.QueryRow())
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return st, ErrStreamNotFound
+	case err != nil:
+		return st, fail(err)
+	case gone:
+		return st, ErrStreamGone
+	case expired:
+		return st, errExpired
+	}
+	st.meta = m
+	if err := br.QueryRow().Scan(&st.closedBy, &st.closedEpoch, &st.closed, &st.streamSeq); err != nil {
+		return st, fail(err)
+	}
+	if in.Producer != nil {
+		err := br.QueryRow().Scan(&st.producerEpoch, &st.producerAt)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return st, fmt.Errorf("checkpoint: read producer %s: %w", in.Producer.ID, err)
+		default:
+			st.producerFound = true
+		}
+	}
+	return st, nil
+}
+
+// planAppend decides an append from what readAppendState read: the outcome, and the writes
+// that make it (nil when there is nothing to write), or the refusal.
+func planAppend(st appendState, in AppendStream) (out AppendOutcome, writes *pgx.Batch, err error) {
+	m := st.meta
+	out = AppendOutcome{Tail: m.Tail, From: m.Tail, Closed: m.Closed, Created: m.Created}
+	if m.Closed {
+		by, epoch, seq := st.closedBy, st.closedEpoch, st.closed
+		switch {
+		case in.Producer != nil && by != nil && epoch != nil && seq != nil && *by == in.Producer.ID && *epoch == in.Producer.Epoch && *seq == in.Producer.Seq:
+			out.Duplicate, out.ProducerEpoch, out.ProducerSeq = true, *epoch, *seq
+			return out, nil, nil
+		case in.Text == "" && in.Close:
+			out.AlreadyClosed = true
+			return out, nil, nil
+		}
+		return out, nil, &StreamClosedError{Tail: m.Tail}
+	}
+	if in.Text != "" && !in.SameType(m.ContentType, in.ContentType) {
+		return out, nil, ErrContentTypeMismatch
+	}
+	if in.Invalid == nil && !m.Binary && !utf8.ValidString(in.Text) {
+		// A text stream made before byte streams existed, under a type that now means bytes.
+		in.Invalid = errors.New("the body is not UTF-8 text, and this stream holds text (offsets are UTF-16 units)")
+	}
+	if in.Invalid != nil {
+		return out, nil, &InvalidBodyError{Err: in.Invalid}
+	}
+	if in.Producer != nil {
+		dup, err := checkProducer(st, *in.Producer)
+		if err != nil {
+			return out, nil, err
+		}
+		out.ProducerEpoch, out.ProducerSeq = in.Producer.Epoch, in.Producer.Seq
+		if dup != nil {
+			out.Duplicate, out.ProducerSeq = true, *dup
+			return out, nil, nil
+		}
+	}
+	if in.StreamSeq != "" && st.streamSeq != nil && in.StreamSeq <= *st.streamSeq {
+		return out, nil, ErrSeqRegression
+	}
+	writes = &pgx.Batch{}
+	tail := m.Tail
+	if in.Text != "" {
+		tail += m.Len(in.Text)
+		rowsOf(m).queueInsert(writes, tail, in.Text)
+	}
+	if !m.Binary {
+		status := "pending"
+		if in.Close {
+			status = "complete"
+		}
+		writes.Queue("UPDATE messages SET seq = $2, status = $3, updated_at = now() WHERE id = $1", m.MessageID, int64(tail), status)
+	}
+	var by *string
+	var epoch, seq *int64
+	if in.Close && in.Producer != nil {
+		by, epoch, seq = &in.Producer.ID, &in.Producer.Epoch, &in.Producer.Seq
+	}
+	writes.Queue(`UPDATE ds_streams SET accessed_at = now(), stream_seq = coalesce(NULLIF($2, ''), stream_seq),
+		closed_by = coalesce($3, closed_by), closed_epoch = coalesce($4, closed_epoch), closed_seq = coalesce($5, closed_seq),
+		byte_tail = CASE WHEN unit = 'byte' THEN $6 ELSE byte_tail END, byte_closed = (unit = 'byte' AND $7) WHERE path = $1`,
+		in.Path, in.StreamSeq, by, epoch, seq, int64(tail), in.Close)
+	if m.Binary && len(in.Path) <= maxNotifyPayload {
+		writes.Queue("SELECT pg_notify($1, $2)", ByteStreamChannel, in.Path)
+	}
+	if in.Producer != nil {
+		writes.Queue(`INSERT INTO ds_producers (path, producer_id, epoch, last_seq) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (path, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, last_seq = EXCLUDED.last_seq, updated_at = now()`,
+			in.Path, in.Producer.ID, in.Producer.Epoch, in.Producer.Seq)
+	}
+	out.Tail, out.Closed = tail, in.Close
+	return out, writes, nil
 }
 
 // Reaped is what one Reap removed.
@@ -776,19 +884,16 @@ func (p *Protocol) Reap(ctx context.Context, batch int, producerIdle time.Durati
 	return out, err
 }
 
-// checkProducer validates a producer's (epoch, seq) against its state, locked for the
-// transaction: nil to append, the highest accepted seq for a duplicate, or a *ProducerError.
-func checkProducer(ctx context.Context, tx pgx.Tx, path string, ref ProducerRef) (*int64, error) {
-	var epoch, last int64
-	err := tx.QueryRow(ctx, "SELECT epoch, last_seq FROM ds_producers WHERE path = $1 AND producer_id = $2 FOR UPDATE", path, ref.ID).Scan(&epoch, &last)
+// checkProducer validates a producer's (epoch, seq) against its state (read locked for the
+// transaction): nil to append, the highest accepted seq for a duplicate, or a *ProducerError.
+func checkProducer(st appendState, ref ProducerRef) (*int64, error) {
+	epoch, last := st.producerEpoch, st.producerAt
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case !st.producerFound:
 		if ref.Seq != 0 {
 			return nil, &ProducerError{Kind: SeqGap, Expected: 0, Received: ref.Seq, Reason: "a new producer starts at seq 0"}
 		}
 		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("checkpoint: read producer %s: %w", ref.ID, err)
 	case ref.Epoch < epoch:
 		return nil, &ProducerError{Kind: StaleEpoch, Epoch: epoch, Reason: fmt.Sprintf("epoch %d is stale: the current epoch is %d", ref.Epoch, epoch)}
 	case ref.Epoch > epoch:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
+	"github.com/rindle-sh/rindle-go/producer"
 )
 
 // Two forks of a soft-deleted source deleted in two transactions at once: the one that counts
@@ -218,4 +219,80 @@ func TestWatchHearsByteStreamAppendsFromAnotherInstance(t *testing.T) {
 
 	stop()
 	require.ErrorIs(t, <-watched, context.Canceled)
+}
+
+// An append takes two pipelines (reads, then writes and COMMIT). Whatever fails, nothing of it
+// stays and no connection is left inside a transaction: a write refused by the database (a
+// trigger raises on the chunk insert), a COMMIT refused (a deferred trigger raises there), a
+// producer refused after the reads, an expired stream (missing, or gone while a fork lives).
+// After each, the same producer's next append is accepted at the seq the failure did not take.
+func TestProtocolAppendFailuresLeaveNothing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	p, err := checkpoint.NewProtocol(db.Pool)
+	require.NoError(t, err)
+	same := func(a, b string) bool { return a == b }
+	_, err = db.Pool.Exec(ctx, `
+		CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.text LIKE '%boom%' THEN RAISE EXCEPTION 'refused: %', NEW.text; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_now BEFORE INSERT ON message_chunks FOR EACH ROW WHEN (NEW.text = 'boom now') EXECUTE FUNCTION refuse_boom();
+		CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON message_chunks DEFERRABLE INITIALLY DEFERRED
+			FOR EACH ROW WHEN (NEW.text = 'boom at commit') EXECUTE FUNCTION refuse_boom();`)
+	require.NoError(t, err)
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "s", ContentType: "text/plain", SameType: same})
+	require.NoError(t, err)
+
+	idleInTx := func() int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'").Scan(&n))
+		return n
+	}
+	appendAs := func(seq int64, text string) (checkpoint.AppendOutcome, error) {
+		return p.Append(ctx, checkpoint.AppendStream{Path: "s", ContentType: "text/plain", Text: text, SameType: same,
+			Producer: &checkpoint.ProducerRef{ID: "p", Epoch: 0, Seq: seq}})
+	}
+	out, err := appendAs(0, "first ")
+	require.NoError(t, err)
+	require.Equal(t, producer.Seq(6), out.Tail)
+
+	for _, refused := range []struct {
+		name string
+		seq  int64
+		text string
+		want string
+	}{
+		{"the chunk insert raises", 1, "boom now", "refused: boom now"},
+		{"the COMMIT raises", 1, "boom at commit", "refused: boom at commit"},
+		{"a producer's seq gap", 5, "gap", "expected seq 1, got 5"},
+	} {
+		_, err := appendAs(refused.seq, refused.text)
+		require.ErrorContains(t, err, refused.want, refused.name)
+		m, err := p.Head(ctx, "s")
+		require.NoError(t, err)
+		require.Equal(t, producer.Seq(6), m.Tail, "%s: nothing appended", refused.name)
+		require.Zero(t, idleInTx(), "%s: no connection left in a transaction", refused.name)
+	}
+	out, err = appendAs(1, "second")
+	require.NoError(t, err, "the producer's next seq is still 1")
+	require.False(t, out.Duplicate)
+	require.Equal(t, producer.Seq(12), out.Tail)
+	_, meta, _, err := p.Read(ctx, "s", 0, 1<<20, false)
+	require.NoError(t, err)
+	require.Equal(t, "first second", meta)
+
+	// Expired: missing, or gone while a fork of it lives; neither writes.
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "fork", SameType: same, Fork: &checkpoint.Fork{Source: "s"}})
+	require.NoError(t, err)
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "alone", ContentType: "text/plain", SameType: same})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "UPDATE ds_streams SET ttl_seconds = 0 WHERE path IN ('s', 'alone')")
+	require.NoError(t, err)
+	_, err = appendAs(2, "late")
+	require.ErrorIs(t, err, checkpoint.ErrStreamGone)
+	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "alone", ContentType: "text/plain", Text: "late", SameType: same})
+	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound)
+	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "never", ContentType: "text/plain", Text: "x", SameType: same})
+	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound)
+	require.Zero(t, idleInTx())
 }

@@ -9,6 +9,9 @@
 //   appends   W writers, each appending to its own stream, one request in flight each: acknowledged appends per second
 //   fanout    one writer at R appends/s, M SSE readers from the tail: write → reader latency
 //   catchup   C readers re-reading a 1,000-append stream from the start: reads per second
+//   ceiling   the appends workload against null-server.mjs (stores nothing, its own process):
+//             what this client can send at all, so no ratio to the reference exceeds
+//             ceiling ÷ reference
 //
 //   node bench.mjs [--runs 3] [--seconds 5] [--writers 8] [--readers 100] [--rate 50] [--catchup 8]
 import { spawn } from "node:child_process";
@@ -164,7 +167,11 @@ function cpuSeconds({ needle, pid }) {
 }
 
 async function startReference(dir) {
-  const proc = spawn(process.execPath, [join(here, "reference-server.mjs"), dir], { stdio: ["ignore", "pipe", "inherit"] });
+  return startNode([join(here, "reference-server.mjs"), dir]);
+}
+
+async function startNode(argv) {
+  const proc = spawn(process.execPath, argv, { stdio: ["ignore", "pipe", "inherit"] });
   const base = await new Promise((ok, fail) => {
     let out = "";
     proc.stdout.on("data", (b) => {
@@ -193,13 +200,17 @@ for (let run = 0; run < runs; run++) {
   const cpuA = cpuSeconds({ needle: work }) - cpuSeconds({ pid: ref.proc.pid }) - cpu0.a;
   const b = await measure(theirs, `ref-${run}`);
   const cpuB = cpuSeconds({ pid: ref.proc.pid }) - cpu0.b;
-  rows.push({ a, b, cpuA, cpuB });
-  console.log(
-    `run ${run + 1}: appends/s ours ${a.appends.toFixed(0)} theirs ${b.appends.toFixed(0)} | fan-out p50/p99 ms ours ${a.fanout.p50.toFixed(2)}/${a.fanout.p99.toFixed(2)} (${a.fanout.deliveries}/${a.fanout.expected}) theirs ${b.fanout.p50.toFixed(2)}/${b.fanout.p99.toFixed(2)} (${b.fanout.deliveries}/${b.fanout.expected}) | catch-up reads/s ours ${a.catchup.rps.toFixed(0)} theirs ${b.catchup.rps.toFixed(0)} | server CPU s ours ${cpuA.toFixed(1)} (rindled + PostgreSQL) theirs ${cpuB.toFixed(1)}`,
-  );
   ref.proc.kill("SIGTERM");
   r.proc.kill("SIGTERM");
   await Promise.all([stopped(ref.proc), stopped(r.proc)]);
+  const nul = await startNode([join(here, "null-server.mjs")]);
+  const ceiling = await appends(client(nul.base, ""), `null-${run}`);
+  nul.proc.kill("SIGTERM");
+  await stopped(nul.proc);
+  rows.push({ a, b, cpuA, cpuB, ceiling });
+  console.log(
+    `run ${run + 1}: appends/s ours ${a.appends.toFixed(0)} theirs ${b.appends.toFixed(0)} | fan-out p50/p99 ms ours ${a.fanout.p50.toFixed(2)}/${a.fanout.p99.toFixed(2)} (${a.fanout.deliveries}/${a.fanout.expected}) theirs ${b.fanout.p50.toFixed(2)}/${b.fanout.p99.toFixed(2)} (${b.fanout.deliveries}/${b.fanout.expected}) | catch-up reads/s ours ${a.catchup.rps.toFixed(0)} theirs ${b.catchup.rps.toFixed(0)} | server CPU s ours ${cpuA.toFixed(1)} (rindled + PostgreSQL) theirs ${cpuB.toFixed(1)} | client ceiling appends/s ${ceiling.toFixed(0)}`,
+  );
   rmSync(work, { recursive: true, force: true });
 }
 const mmm = (xs) => {
@@ -208,6 +219,8 @@ const mmm = (xs) => {
 };
 console.log(`ratio ours/theirs, min/median/max of ${runs} runs (fresh processes each):`);
 console.log(`  acknowledged appends per second (${writers} writers, ${writers} streams): ${mmm(rows.map((x) => x.a.appends / x.b.appends))}`);
+console.log(`  the client's ceiling (a server that stores nothing) ÷ theirs, appends: ${mmm(rows.map((x) => x.ceiling / x.b.appends))}`);
+console.log(`  ours ÷ the client's ceiling, appends: ${mmm(rows.map((x) => x.a.appends / x.ceiling))}`);
 console.log(`  fan-out p99 latency (${readers} SSE readers, ${rate} appends/s; lower is better; >1 means ours is slower): ${mmm(rows.map((x) => x.a.fanout.p99 / x.b.fanout.p99))}`);
 console.log(`  catch-up reads per second (${catchupReaders} readers of a 1,000-append stream): ${mmm(rows.map((x) => x.a.catchup.rps / x.b.catchup.rps))}`);
 console.log(`  server CPU seconds for the whole workload: ${mmm(rows.map((x) => x.cpuA / x.cpuB))}`);
