@@ -65,6 +65,8 @@ type Cluster struct {
 	data  string
 	runAs *syscall.Credential
 	users *os.File // holds a shared flock while this program uses the cluster
+	// startArgs are pg_ctl's arguments to start the server, for Restart.
+	startArgs []string
 }
 
 // Binary finds a PostgreSQL server program: on PATH, else in the newest
@@ -196,10 +198,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	closeInheritedOnExec()
 	// A server already running on this data directory belongs to another program using this
 	// directory, or to one killed without stopping it: adopt it rather than fail on its lock file.
+	c.startArgs = []string{"start", "-w", "-t", timeout, "-D", c.data, "-l", logFile, "-o", opts}
 	if c.command(ctx, c.pgCtl, "status", "-D", c.data).Run() != nil {
-		if out, err := c.command(ctx, c.pgCtl, "start", "-w", "-t", timeout, "-D", c.data, "-l", logFile, "-o", opts).CombinedOutput(); err != nil {
-			log, _ := os.ReadFile(logFile)
-			return nil, fmt.Errorf("pgcluster: pg_ctl start in %s: %w\n%s\n%s", c.data, err, out, tail(log, 4000))
+		if err := c.start(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if c.users, err = os.OpenFile(filepath.Join(dir, "users.lock"), os.O_CREATE|os.O_RDWR, 0o600); err != nil {
@@ -211,6 +213,66 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	return c, nil
 }
+
+func (c *Cluster) start(ctx context.Context) error {
+	if out, err := c.command(ctx, c.pgCtl, c.startArgs...).CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(c.LogFile())
+		return fmt.Errorf("pgcluster: pg_ctl start in %s: %w\n%s\n%s", c.data, err, out, tail(log, 4000))
+	}
+	return nil
+}
+
+// Crash kills the server as a crash would: SIGKILL to the postmaster and every process it
+// started, at once, with no shutdown checkpoint; what was committed is only in the WAL, which
+// the next start (Restart) replays. With Durable set, every acknowledged commit survives it.
+// The cluster's directory stays. For tests of what a database crash loses.
+func (c *Cluster) Crash() error {
+	pidFile, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("pgcluster: crash: no running server: %w", err)
+	}
+	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(pidFile), "\n", 2)[0]))
+	if err != nil {
+		return fmt.Errorf("pgcluster: crash: postmaster.pid: %w", err)
+	}
+	victims := []int{postmaster}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // it ended meanwhile
+		}
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(postmaster) {
+			victims = append(victims, pid)
+		}
+	}
+	for _, pid := range victims {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// Wait until none is left, reaped too: a new postmaster refuses to start while the old
+	// one's PID answers, and a zombie's does.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range victims {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("pgcluster: crash: process %d is still there 30 s after SIGKILL (a zombie nobody reaps?)", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// LogFile is the server's log.
+func (c *Cluster) LogFile() string { return filepath.Join(c.cfg.Dir, "postgres.log") }
+
+// Restart starts the server again after Crash, replaying its WAL, with the settings it had.
+func (c *Cluster) Restart(ctx context.Context) error { return c.start(ctx) }
 
 // lockFile takes a flock of how on path (created if missing) and returns its release.
 func lockFile(path string, how int) (func(), error) {

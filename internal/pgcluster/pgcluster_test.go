@@ -114,3 +114,32 @@ func TestTheServerHoldsNoInheritedDescriptor(t *testing.T) {
 		require.NotEqual(t, want, target, "the server holds this process's pipe as fd %s", fd.Name())
 	}
 }
+
+// Crash kills every server process at once; Restart replays the WAL. A durable cluster keeps
+// every commit acknowledged before the crash, including one no checkpoint has written yet, and
+// a connection open across the crash fails rather than hangs.
+func TestACrashKeepsWhatWasCommitted(t *testing.T) {
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: clusterDir(t, "crash"), Durable: true, Ephemeral: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	conn, err := pgx.Connect(ctx, c.URL)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE kept (v int); CHECKPOINT; INSERT INTO kept SELECT generate_series(1, 1000)")
+	require.NoError(t, err)
+
+	require.NoError(t, c.Crash())
+	require.Error(t, conn.Ping(ctx), "the crash closed the connection")
+	_, err = pgx.Connect(ctx, c.URL)
+	require.Error(t, err, "nothing answers until the restart")
+	require.NoError(t, c.Restart(ctx))
+	conn, err = pgx.Connect(ctx, c.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n))
+	require.Equal(t, 1000, n, "every committed row, replayed from the WAL")
+	log, err := os.ReadFile(c.LogFile())
+	require.NoError(t, err)
+	require.Contains(t, string(log), "not properly shut down", "the restart recovered from a crash, not a clean stop")
+}
