@@ -380,7 +380,7 @@ func BenchmarkProtocolAppend(b *testing.B) {
 	for _, writers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("W%d", writers), func(b *testing.B) {
 			db := pgtest.NewDB(b)
-			p, err := checkpoint.NewProtocol(db.Pool)
+			p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
 			require.NoError(b, err)
 			same := func(a, b string) bool { return a == b }
 			for w := range writers {

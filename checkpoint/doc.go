@@ -42,9 +42,9 @@
 //
 //	held ──renewals fail until TTL-Guard──▶ lost: Suspend ──a renewal commits──▶ held: Resume → Reclaim
 //
-// Protocol stores the Durable Streams protocol's streams (ds_streams, ds_producers, ds_bytes,
-// and a text stream's messages row and chunks), on the default table names only: it does not
-// honour the mapping yet. Its Watch listens for byte-stream appends committed anywhere, the
+// Protocol stores the Durable Streams protocol's streams: its own tables (ds_streams,
+// ds_producers, ds_bytes; ProtocolTablesDDL for an app whose message table is mapped), and a
+// text stream's message row and chunks in the app's mapping (ProtocolConfig.Tables). Its Watch listens for byte-stream appends committed anywhere, the
 // only protocol change that reaches other instances without the CDC reader.
 //
 // Store (beyond its group-commit queue) and Sweeper hold no state beyond their configuration and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -35,14 +36,81 @@ import (
 // or a sweep: its message row is not streaming.
 type Protocol struct {
 	pool *pgxpool.Pool
+	*schema
 }
 
-// NewProtocol returns the protocol store on pool.
-func NewProtocol(pool *pgxpool.Pool) (*Protocol, error) {
-	if pool == nil {
+// ProtocolConfig configures a Protocol.
+type ProtocolConfig struct {
+	// Pool is the database. Required.
+	Pool *pgxpool.Pool
+	// Tables maps the app's message and chunk tables, where a text stream's text lives, as
+	// the Store's Config.Tables does (nil: the project's default schema). A text stream's
+	// message row takes the key, seq and status columns, and owner and role when the mapping
+	// names them (role 'stream'); its status column must also accept 'pending' (an open
+	// protocol stream, which no drain or sweep seals). The protocol's own tables (ds_streams,
+	// ds_producers, ds_bytes) keep their names: the project's migrations create them for the
+	// default schema, ProtocolTablesDDL for a mapped one.
+	Tables *Tables
+}
+
+// NewProtocol returns the protocol store.
+func NewProtocol(cfg ProtocolConfig) (*Protocol, error) {
+	if cfg.Pool == nil {
 		return nil, &ConfigError{Field: "Pool", Reason: "is required"}
 	}
-	return &Protocol{pool: pool}, nil
+	t, err := ResolveTables(cfg.Tables)
+	if err != nil {
+		return nil, err
+	}
+	return &Protocol{pool: cfg.Pool, schema: newSchema(t)}, nil
+}
+
+// schema is the protocol store's statements on the app's message and chunk tables, in their
+// mapping, built once.
+type schema struct {
+	// meta selects a stream's metadata (scanMeta's columns) by path ($1).
+	meta string
+	// insertMessage creates a text stream's message row ($1 id, $2 owner, $3 seq, $4 status),
+	// or nothing when the id is taken.
+	insertMessage string
+	// updateMessage moves its seq and status ($1 id, $2 seq, $3 status).
+	updateMessage string
+	// deleteMessage removes it ($1 id); its chunks go with it.
+	deleteMessage string
+	// chunks is where a text stream's appends live (keyValue unset).
+	chunks rows
+}
+
+func newSchema(t Tables) *schema {
+	c := t.Columns
+	owner, cols, vals := "", []string{q(c.Key), q(c.Seq), q(c.Status)}, []string{"$1", "$3", "$4"}
+	if c.Owner != "" {
+		owner = "m." + q(c.Owner) + ", "
+		cols, vals = append(cols, q(c.Owner)), append(vals, "NULLIF($2::text, '')")
+	}
+	if c.Role != "" {
+		cols, vals = append(cols, q(c.Role)), append(vals, "'stream'")
+	}
+	return &schema{
+		meta: `SELECT d.path, coalesce(d.message_id, ''), coalesce(d.owner, ` + owner + `''), d.content_type, d.ttl_seconds, d.expires_at,
+	CASE WHEN d.unit = 'byte' THEN d.byte_closed ELSE coalesce(m.` + q(c.Status) + ` = 'complete', false) END,
+	CASE WHEN d.unit = 'byte' THEN d.byte_tail ELSE coalesce(m.` + q(c.Seq) + `, 0) END,
+	(d.ttl_seconds IS NOT NULL AND d.accessed_at + make_interval(secs => d.ttl_seconds) <= now())
+	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.created_at, d.unit = 'byte', d.deleted_at IS NOT NULL
+	FROM ds_streams d LEFT JOIN ` + q(t.Message) + ` m ON m.` + q(c.Key) + ` = d.message_id WHERE d.path = $1`,
+		insertMessage: fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM (SELECT $1::text, $2::text, $3::bigint, $4::text) AS a ON CONFLICT (%s) DO NOTHING",
+			q(t.Message), strings.Join(cols, ", "), strings.Join(vals, ", "), q(c.Key)),
+		updateMessage: fmt.Sprintf("UPDATE %s SET %s = $2, %s = $3 WHERE %s = $1", q(t.Message), q(c.Seq), q(c.Status), q(c.Key)),
+		deleteMessage: fmt.Sprintf("DELETE FROM %s WHERE %s = $1", q(t.Message), q(c.Key)),
+		chunks:        rows{table: q(t.Chunks), key: q(c.ChunkStream), seq: q(c.ChunkSeq), data: q(c.ChunkText), chunkKey: optQ(c.ChunkKey)},
+	}
+}
+
+func optQ(name string) string {
+	if name == "" {
+		return ""
+	}
+	return q(name)
 }
 
 // ProtocolMessageID is the messages row of a protocol stream: its own namespace, apart from
@@ -199,14 +267,7 @@ type AppendOutcome struct {
 	Created time.Time
 }
 
-const metaColumns = `d.path, coalesce(d.message_id, ''), coalesce(d.owner, m.owner, ''), d.content_type, d.ttl_seconds, d.expires_at,
-	CASE WHEN d.unit = 'byte' THEN d.byte_closed ELSE coalesce(m.status = 'complete', false) END,
-	CASE WHEN d.unit = 'byte' THEN d.byte_tail ELSE coalesce(m.seq, 0) END,
-	(d.ttl_seconds IS NOT NULL AND d.accessed_at + make_interval(secs => d.ttl_seconds) <= now())
-	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.created_at, d.unit = 'byte', d.deleted_at IS NOT NULL
-	FROM ds_streams d LEFT JOIN messages m ON m.id = d.message_id WHERE d.path = $1`
-
-// scanMeta reads a metaColumns row: the stream, whether it has expired, whether it is
+// scanMeta reads a schema.meta row: the stream, whether it has expired, whether it is
 // soft-deleted.
 func scanMeta(row pgx.Row) (m StreamMeta, expired, gone bool, err error) {
 	var seq int64
@@ -217,7 +278,7 @@ func scanMeta(row pgx.Row) (m StreamMeta, expired, gone bool, err error) {
 
 // lockMeta reads and locks the stream's row; an expired stream is removed (removeStream) and
 // reported missing.
-func lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
+func (s *schema) lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
 	// The lock first, then the read in a statement of its own: a read that waited on the lock
 	// would re-check only the locked row, and could see a messages row (the tail) from before
 	// the append it waited for. A byte stream's messages side is empty (an outer join, which
@@ -225,7 +286,7 @@ func lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM ds_streams WHERE path = $1 FOR UPDATE", path); err != nil {
 		return StreamMeta{}, fmt.Errorf("checkpoint: lock stream %s: %w", path, err)
 	}
-	m, expired, gone, err := scanMeta(tx.QueryRow(ctx, `SELECT `+metaColumns, path))
+	m, expired, gone, err := scanMeta(tx.QueryRow(ctx, s.meta, path))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return StreamMeta{}, ErrStreamNotFound
@@ -234,7 +295,7 @@ func lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
 	case gone:
 		return StreamMeta{}, ErrStreamGone
 	case expired:
-		soft, err := removeStream(ctx, tx, m)
+		soft, err := s.removeStream(ctx, tx, m)
 		if err != nil {
 			return StreamMeta{}, err
 		}
@@ -250,20 +311,20 @@ func lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMeta, error) {
 // removeStream deletes a stream whose row the transaction holds locked: soft when forks of it
 // exist (its data and producers go, its row stays with deleted_at), else the row goes, and then
 // every soft-deleted ancestor that this was the last fork of. soft reports which.
-func removeStream(ctx context.Context, tx pgx.Tx, m StreamMeta) (soft bool, err error) {
+func (s *schema) removeStream(ctx context.Context, tx pgx.Tx, m StreamMeta) (soft bool, err error) {
 	fail := func(err error) error { return fmt.Errorf("checkpoint: delete stream %s: %w", m.Path, err) }
 	forks, err := hasForks(ctx, tx, m.Path)
 	if err != nil {
 		return false, fail(err)
 	}
 	if forks {
-		return true, softDelete(ctx, tx, m, fail)
+		return true, s.softDelete(ctx, tx, m, fail)
 	}
-	return false, hardDelete(ctx, tx, m, fail)
+	return false, s.hardDelete(ctx, tx, m, fail)
 }
 
 // softDelete drops the stream's data and producers and keeps its row, deleted_at set.
-func softDelete(ctx context.Context, tx pgx.Tx, m StreamMeta, fail func(error) error) error {
+func (s *schema) softDelete(ctx context.Context, tx pgx.Tx, m StreamMeta, fail func(error) error) error {
 	if _, err := tx.Exec(ctx, `UPDATE ds_streams SET deleted_at = now(), message_id = NULL, byte_tail = 0, stream_seq = NULL,
 		closed_by = NULL, closed_epoch = NULL, closed_seq = NULL WHERE path = $1`, m.Path); err != nil {
 		return fail(err)
@@ -273,16 +334,16 @@ func softDelete(ctx context.Context, tx pgx.Tx, m StreamMeta, fail func(error) e
 			return fail(err)
 		}
 	}
-	return dropMessage(ctx, tx, m.MessageID, fail)
+	return s.dropMessage(ctx, tx, m.MessageID, fail)
 }
 
 // hardDelete removes the stream's row, then each soft-deleted ancestor it was the last fork of.
-func hardDelete(ctx context.Context, tx pgx.Tx, m StreamMeta, fail func(error) error) error {
+func (s *schema) hardDelete(ctx context.Context, tx pgx.Tx, m StreamMeta, fail func(error) error) error {
 	var parent *string
 	if err := tx.QueryRow(ctx, "DELETE FROM ds_streams WHERE path = $1 RETURNING forked_from", m.Path).Scan(&parent); err != nil {
 		return fail(err)
 	}
-	if err := dropMessage(ctx, tx, m.MessageID, fail); err != nil {
+	if err := s.dropMessage(ctx, tx, m.MessageID, fail); err != nil {
 		return err
 	}
 	for parent != nil {
@@ -317,28 +378,33 @@ func hasForks(ctx context.Context, tx pgx.Tx, path string) (bool, error) {
 	return forks, err
 }
 
-func dropMessage(ctx context.Context, tx pgx.Tx, id string, fail func(error) error) error {
+func (s *schema) dropMessage(ctx context.Context, tx pgx.Tx, id string, fail func(error) error) error {
 	if id == "" {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM messages WHERE id = $1", id); err != nil {
+	if _, err := tx.Exec(ctx, s.deleteMessage, id); err != nil {
 		return fail(err)
 	}
 	return nil
 }
 
-// rows names where a stream's appends live: message_chunks for text, ds_bytes for bytes.
+// rows names where a stream's appends live: the chunk table for text (in its mapping), ds_bytes
+// for bytes. Columns are quoted, ready for SQL.
 type rows struct {
-	table, key, data string
-	keyValue         string
-	binary           bool
+	table, key, seq, data string
+	// chunkKey, if set, is a text key written "<stream>:<seq>" (mapping.ChunkID).
+	chunkKey string
+	keyValue string
+	binary   bool
 }
 
-func rowsOf(m StreamMeta) rows {
+func (s *schema) rowsOf(m StreamMeta) rows {
 	if m.Binary {
-		return rows{table: "ds_bytes", key: "path", data: "data", keyValue: m.Path, binary: true}
+		return rows{table: "ds_bytes", key: "path", seq: "seq", data: "data", keyValue: m.Path, binary: true}
 	}
-	return rows{table: "message_chunks", key: "stream_id", data: "text", keyValue: m.MessageID}
+	r := s.chunks
+	r.keyValue = m.MessageID
+	return r
 }
 
 // arg is data as the column's type takes it.
@@ -358,14 +424,19 @@ func (r rows) queueInsert(b *pgx.Batch, seq producer.Seq, data string) {
 	b.Queue(r.insertSQL(), r.keyValue, int64(seq), r.arg(data))
 }
 
+// insertSQL inserts one append ($1 the stream's key, $2 its end offset, $3 its data).
 func (r rows) insertSQL() string {
-	return "INSERT INTO " + r.table + " (" + r.key + ", seq, " + r.data + ") VALUES ($1, $2, $3)"
+	if r.chunkKey != "" {
+		return "INSERT INTO " + r.table + " (" + r.key + ", " + r.seq + ", " + r.data + ", " + r.chunkKey +
+			") VALUES ($1, $2, $3, $1::text || ':' || $2::bigint::text)"
+	}
+	return "INSERT INTO " + r.table + " (" + r.key + ", " + r.seq + ", " + r.data + ") VALUES ($1, $2, $3)"
 }
 
 // Create creates the stream, or confirms one with the same configuration (created false).
 func (p *Protocol) Create(ctx context.Context, in CreateStream) (meta StreamMeta, created bool, err error) {
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		m, err := lockMeta(ctx, tx, in.Path)
+		m, err := p.lockMeta(ctx, tx, in.Path)
 		switch {
 		case err == nil:
 			same, err := sameConfig(ctx, tx, m, in)
@@ -386,14 +457,14 @@ func (p *Protocol) Create(ctx context.Context, in CreateStream) (meta StreamMeta
 			Closed: in.Closed, Binary: in.Binary}
 		var fork *forkPlan
 		if in.Fork != nil {
-			if fork, err = planFork(ctx, tx, in, &meta); err != nil {
+			if fork, err = p.planFork(ctx, tx, in, &meta); err != nil {
 				return err
 			}
 		}
 		if !meta.Binary {
 			meta.MessageID = ProtocolMessageID(in.Path)
 		}
-		r := rowsOf(meta)
+		r := p.rowsOf(meta)
 		meta.Tail = meta.Len(in.Text)
 		if fork != nil {
 			meta.Tail += fork.at + meta.Len(fork.prefix)
@@ -403,8 +474,7 @@ func (p *Protocol) Create(ctx context.Context, in CreateStream) (meta StreamMeta
 			status = "complete"
 		}
 		if !meta.Binary {
-			tag, err := tx.Exec(ctx, `INSERT INTO messages (id, owner, role, seq, status) VALUES ($1, NULLIF($2, ''), 'stream', $3, $4)
-				ON CONFLICT (id) DO NOTHING`, meta.MessageID, in.Owner, int64(meta.Tail), status)
+			tag, err := tx.Exec(ctx, p.insertMessage, meta.MessageID, in.Owner, int64(meta.Tail), status)
 			if err != nil {
 				return fmt.Errorf("checkpoint: create stream %s: %w", in.Path, err)
 			}
@@ -482,9 +552,9 @@ type forkPlan struct {
 
 // planFork locks and checks the fork's source and completes meta from it: the content type and
 // unit, and the expiry when the create names none.
-func planFork(ctx context.Context, tx pgx.Tx, in CreateStream, meta *StreamMeta) (*forkPlan, error) {
+func (s *schema) planFork(ctx context.Context, tx pgx.Tx, in CreateStream, meta *StreamMeta) (*forkPlan, error) {
 	f := in.Fork
-	src, err := lockMeta(ctx, tx, f.Source)
+	src, err := s.lockMeta(ctx, tx, f.Source)
 	switch {
 	case errors.Is(err, ErrStreamNotFound):
 		return nil, &ForkError{NotFound: true, Reason: "no stream " + f.Source + " to fork"}
@@ -502,7 +572,7 @@ func planFork(ctx context.Context, tx pgx.Tx, in CreateStream, meta *StreamMeta)
 	if in.TTL == nil && in.ExpiresAt == nil {
 		meta.TTL, meta.ExpiresAt = src.TTL, src.ExpiresAt
 	}
-	plan := &forkPlan{src: rowsOf(src), at: src.Tail}
+	plan := &forkPlan{src: s.rowsOf(src), at: src.Tail}
 	if f.Offset != nil {
 		if *f.Offset > src.Tail {
 			return nil, &ForkError{Reason: fmt.Sprintf("the fork offset %d is past the source's end (%d)", *f.Offset, src.Tail)}
@@ -514,7 +584,7 @@ func planFork(ctx context.Context, tx pgx.Tx, in CreateStream, meta *StreamMeta)
 	var end int64
 	var data []byte
 	r := plan.src
-	err = tx.QueryRow(ctx, "SELECT seq, "+r.data+" FROM "+r.table+" WHERE "+r.key+" = $1 AND seq > $2 ORDER BY seq LIMIT 1",
+	err = tx.QueryRow(ctx, "SELECT "+r.seq+", "+r.data+" FROM "+r.table+" WHERE "+r.key+" = $1 AND "+r.seq+" > $2 ORDER BY "+r.seq+" LIMIT 1",
 		r.keyValue, int64(plan.at)).Scan(&end, &data)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -539,14 +609,18 @@ func planFork(ctx context.Context, tx pgx.Tx, in CreateStream, meta *StreamMeta)
 
 // copy copies the source's appends up to the fork offset into the fork's rows.
 func (f *forkPlan) copy(ctx context.Context, tx pgx.Tx, to rows) error {
-	_, err := tx.Exec(ctx, "INSERT INTO "+to.table+" ("+to.key+", seq, "+to.data+") SELECT $1, seq, "+f.src.data+
-		" FROM "+f.src.table+" WHERE "+f.src.key+" = $2 AND seq <= $3", to.keyValue, f.src.keyValue, int64(f.at))
+	cols, vals := to.key+", "+to.seq+", "+to.data, "$1::text, "+f.src.seq+", "+f.src.data
+	if to.chunkKey != "" {
+		cols, vals = cols+", "+to.chunkKey, vals+", $1::text || ':' || "+f.src.seq+"::text"
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO "+to.table+" ("+cols+") SELECT "+vals+
+		" FROM "+f.src.table+" WHERE "+f.src.key+" = $2 AND "+f.src.seq+" <= $3", to.keyValue, f.src.keyValue, int64(f.at))
 	return err
 }
 
 // Head reads the stream's metadata without touching its TTL.
 func (p *Protocol) Head(ctx context.Context, path string) (StreamMeta, error) {
-	m, expired, gone, err := scanMeta(p.pool.QueryRow(ctx, `SELECT `+metaColumns, path))
+	m, expired, gone, err := scanMeta(p.pool.QueryRow(ctx, p.meta, path))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || (err == nil && expired && !gone):
 		return StreamMeta{}, ErrStreamNotFound
@@ -581,8 +655,8 @@ func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, lim
 	if from >= m.Tail {
 		return m, "", min(end, m.Tail), nil
 	}
-	r := rowsOf(m)
-	rs, err := p.pool.Query(ctx, "SELECT seq, "+r.data+" FROM "+r.table+" WHERE "+r.key+" = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+	r := p.rowsOf(m)
+	rs, err := p.pool.Query(ctx, "SELECT "+r.seq+", "+r.data+" FROM "+r.table+" WHERE "+r.key+" = $1 AND "+r.seq+" > $2 ORDER BY "+r.seq+" LIMIT $3",
 		r.keyValue, int64(from), limit)
 	if err != nil {
 		return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
@@ -619,11 +693,11 @@ func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, lim
 // (ErrStreamGone from then on) until its last fork goes.
 func (p *Protocol) Delete(ctx context.Context, path string) error {
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		m, err := lockMeta(ctx, tx, path)
+		m, err := p.lockMeta(ctx, tx, path)
 		if err != nil {
 			return err
 		}
-		_, err = removeStream(ctx, tx, m)
+		_, err = p.removeStream(ctx, tx, m)
 		return err
 	})
 }
@@ -643,7 +717,7 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 		// lockMeta's, in a transaction of its own; a stream that is alive there was re-created
 		// meanwhile, and the append tries again.
 		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			_, err := lockMeta(ctx, tx, in.Path)
+			_, err := p.lockMeta(ctx, tx, in.Path)
 			return err
 		})
 		if err != nil {
@@ -661,10 +735,10 @@ func (p *Protocol) appendOnce(ctx context.Context, in AppendStream) (out AppendO
 	}
 	// A connection left inside a transaction (a failed ROLLBACK) is destroyed on release.
 	defer conn.Release()
-	st, err := readAppendState(ctx, conn, in)
+	st, err := p.readAppendState(ctx, conn, in)
 	if err == nil {
 		var writes *pgx.Batch
-		out, writes, err = planAppend(st, in)
+		out, writes, err = p.planAppend(st, in)
 		if err == nil && writes != nil {
 			writes.Queue("COMMIT")
 			if err = conn.SendBatch(ctx, writes).Close(); err != nil {
@@ -704,11 +778,11 @@ type appendState struct {
 // readAppendState begins the transaction and reads, in one pipeline: the stream's row lock
 // first, then (each in a statement of its own, as lockMeta explains) the stream, its closure
 // and writer sequence, and the producer's state, locked.
-func readAppendState(ctx context.Context, conn *pgxpool.Conn, in AppendStream) (st appendState, err error) {
+func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in AppendStream) (st appendState, err error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SELECT 1 FROM ds_streams WHERE path = $1 FOR UPDATE", in.Path)
-	b.Queue(`SELECT `+metaColumns, in.Path)
+	b.Queue(s.meta, in.Path)
 	b.Queue("SELECT closed_by, closed_epoch, closed_seq, stream_seq FROM ds_streams WHERE path = $1", in.Path)
 	if in.Producer != nil {
 		b.Queue("SELECT epoch, last_seq FROM ds_producers WHERE path = $1 AND producer_id = $2 FOR UPDATE", in.Path, in.Producer.ID)
@@ -755,7 +829,7 @@ func readAppendState(ctx context.Context, conn *pgxpool.Conn, in AppendStream) (
 
 // planAppend decides an append from what readAppendState read: the outcome, and the writes
 // that make it (nil when there is nothing to write), or the refusal.
-func planAppend(st appendState, in AppendStream) (out AppendOutcome, writes *pgx.Batch, err error) {
+func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome, writes *pgx.Batch, err error) {
 	m := st.meta
 	out = AppendOutcome{Tail: m.Tail, From: m.Tail, Closed: m.Closed, Created: m.Created}
 	if m.Closed {
@@ -798,14 +872,14 @@ func planAppend(st appendState, in AppendStream) (out AppendOutcome, writes *pgx
 	tail := m.Tail
 	if in.Text != "" {
 		tail += m.Len(in.Text)
-		rowsOf(m).queueInsert(writes, tail, in.Text)
+		s.rowsOf(m).queueInsert(writes, tail, in.Text)
 	}
 	if !m.Binary {
 		status := "pending"
 		if in.Close {
 			status = "complete"
 		}
-		writes.Queue("UPDATE messages SET seq = $2, status = $3, updated_at = now() WHERE id = $1", m.MessageID, int64(tail), status)
+		writes.Queue(s.updateMessage, m.MessageID, int64(tail), status)
 	}
 	var by *string
 	var epoch, seq *int64
@@ -859,14 +933,14 @@ func (p *Protocol) Reap(ctx context.Context, batch int, producerIdle time.Durati
 			return fmt.Errorf("checkpoint: reap streams: %w", err)
 		}
 		for _, path := range paths {
-			m, _, _, err := scanMeta(tx.QueryRow(ctx, `SELECT `+metaColumns, path))
+			m, _, _, err := scanMeta(tx.QueryRow(ctx, p.meta, path))
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // collected with a fork reaped before it in this batch
 			}
 			if err != nil {
 				return fmt.Errorf("checkpoint: reap stream %s: %w", path, err)
 			}
-			if _, err := removeStream(ctx, tx, m); err != nil {
+			if _, err := p.removeStream(ctx, tx, m); err != nil {
 				return err
 			}
 			out.Streams++

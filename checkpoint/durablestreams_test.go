@@ -22,7 +22,7 @@ func TestForkDeletesThatOverlapCollectTheirSource(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(db.Pool)
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
 	require.NoError(t, err)
 	same := func(a, b string) bool { return a == b }
 	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", Text: "x", SameType: same})
@@ -38,7 +38,7 @@ func TestForkDeletesThatOverlapCollectTheirSource(t *testing.T) {
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	require.NoError(t, checkpoint.DeleteInTx(ctx, tx, "a"))
+	require.NoError(t, checkpoint.DeleteInTx(ctx, p, tx, "a"))
 	done := make(chan error, 1)
 	go func() { done <- p.Delete(ctx, "b") }()
 	// Commit only once the second delete has finished or is waiting on a lock: committing
@@ -72,7 +72,7 @@ func TestReapRemovesExpiredStreamsAndIdleProducers(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(db.Pool)
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
 	require.NoError(t, err)
 	same := func(a, b string) bool { return a == b }
 	zero, hour := int64(0), int64(3600)
@@ -140,7 +140,7 @@ func TestAnExpiredSourceWithForksHoldsItsPath(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(db.Pool)
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
 	require.NoError(t, err)
 	same := func(a, b string) bool { return a == b }
 	hour := int64(3600)
@@ -163,12 +163,12 @@ func TestWatchHearsByteStreamAppendsFromAnotherInstance(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := t.Context()
-	writer, err := checkpoint.NewProtocol(db.Pool)
+	writer, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
 	require.NoError(t, err)
 	other, err := pgxpool.New(ctx, db.URL)
 	require.NoError(t, err)
 	t.Cleanup(other.Close)
-	watcher, err := checkpoint.NewProtocol(other)
+	watcher, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: other})
 	require.NoError(t, err)
 
 	heard := make(chan string, 16)
@@ -230,7 +230,7 @@ func TestProtocolAppendFailuresLeaveNothing(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(db.Pool)
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
 	require.NoError(t, err)
 	same := func(a, b string) bool { return a == b }
 	_, err = db.Pool.Exec(ctx, `
@@ -295,4 +295,144 @@ func TestProtocolAppendFailuresLeaveNothing(t *testing.T) {
 	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "never", ContentType: "text/plain", Text: "x", SameType: same})
 	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound)
 	require.Zero(t, idleInTx())
+}
+
+// Issue 22: the protocol store honours the table mapping, as the Store does. In a database
+// with no default tables at all (no messages, no message_chunks), an app's own tables (other
+// names, other columns, a chunk key) and ProtocolTablesDDL carry every protocol operation:
+// create, append (a producer's retry deduplicated), read, fork, byte streams, close, delete
+// with a live fork (soft), the source collected with its last fork, the reaper, and an app
+// deleting a stream's message row (the stream goes with it).
+func TestProtocolInAnAppsMapping(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewBareDB(t)
+	ctx := t.Context()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE answers (answer_id text PRIMARY KEY, txt text NOT NULL DEFAULT '',
+		len bigint NOT NULL DEFAULT 0, state text NOT NULL DEFAULT 'pending', who text, speaker text)`)
+	require.NoError(t, err)
+	tables := checkpoint.Tables{Message: "answers", Chunks: "answer_parts", Columns: checkpoint.Columns{
+		Key: "answer_id", Body: "txt", Seq: "len", Status: "state", Owner: "who", Role: "speaker",
+		ChunkKey: "id", ChunkStream: "answer", ChunkSeq: "end_at", ChunkText: "part"}}
+	for _, ddl := range []func(checkpoint.Tables) ([]string, error){checkpoint.ChunkTableDDL, checkpoint.ProtocolTablesDDL} {
+		stmts, err := ddl(tables)
+		require.NoError(t, err)
+		for _, stmt := range stmts {
+			_, err := db.Pool.Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+	}
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool, Tables: &tables})
+	require.NoError(t, err)
+	same := func(a, b string) bool { return a == b }
+	read := func(path string) string {
+		t.Helper()
+		_, text, _, err := p.Read(ctx, path, 0, 1000, false)
+		require.NoError(t, err)
+		return text
+	}
+	row := func(id string) (owner, role, state string, length int64) {
+		t.Helper()
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT coalesce(who, ''), speaker, state, len FROM answers WHERE answer_id = $1", id).Scan(&owner, &role, &state, &length))
+		return
+	}
+
+	meta, created, err := p.Create(ctx, checkpoint.CreateStream{Path: "chat/1", Owner: "alice", ContentType: "text/plain", Text: "héllo ", SameType: same})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, "alice", meta.Owner)
+	owner, role, state, length := row("ds/chat/1")
+	require.Equal(t, []any{"alice", "stream", "pending", int64(6)}, []any{owner, role, state, length})
+
+	w := checkpoint.AppendStream{Path: "chat/1", ContentType: "text/plain", Text: "wörld", SameType: same, Producer: &checkpoint.ProducerRef{ID: "p", Seq: 0}}
+	out, err := p.Append(ctx, w)
+	require.NoError(t, err)
+	require.Equal(t, producer.Seq(11), out.Tail)
+	out, err = p.Append(ctx, w)
+	require.NoError(t, err)
+	require.True(t, out.Duplicate, "the producer's retry is deduplicated")
+	require.Equal(t, "héllo wörld", read("chat/1"))
+	var keys []string
+	rs, err := db.Pool.Query(ctx, "SELECT id FROM answer_parts WHERE answer = 'ds/chat/1' ORDER BY end_at")
+	require.NoError(t, err)
+	keys, err = pgx.CollectRows(rs, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"ds/chat/1:6", "ds/chat/1:11"}, keys, "the chunk key is written as the mapping names it")
+
+	six := producer.Seq(6)
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "chat/1-edit", SameType: same, Fork: &checkpoint.Fork{Source: "chat/1", Offset: &six}})
+	require.NoError(t, err)
+	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "chat/1-edit", ContentType: "text/plain", Text: "again", Close: true, SameType: same})
+	require.NoError(t, err)
+	require.Equal(t, "héllo again", read("chat/1-edit"))
+	_, _, state, _ = row("ds/chat/1-edit")
+	require.Equal(t, "complete", state)
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id FROM answer_parts WHERE answer = 'ds/chat/1-edit' AND end_at = 6").Scan(new(string)))
+
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "bin", ContentType: "application/octet-stream", Binary: true, SameType: same})
+	require.NoError(t, err)
+	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "bin", ContentType: "application/octet-stream", Text: "\x00\xff", SameType: same})
+	require.NoError(t, err)
+	require.Equal(t, "\x00\xff", read("bin"))
+
+	require.NoError(t, p.Delete(ctx, "chat/1"))
+	_, err = p.Head(ctx, "chat/1")
+	require.ErrorIs(t, err, checkpoint.ErrStreamGone, "soft-deleted while its fork lives")
+	require.ErrorIs(t, db.Pool.QueryRow(ctx, "SELECT 1 FROM answers WHERE answer_id = 'ds/chat/1'").Scan(new(int)), pgx.ErrNoRows, "its message row went")
+	require.Equal(t, "héllo again", read("chat/1-edit"), "the fork is a copy")
+	require.NoError(t, p.Delete(ctx, "chat/1-edit"))
+	_, err = p.Head(ctx, "chat/1")
+	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound, "collected with its last fork")
+
+	hour := int64(3600)
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "brief", ContentType: "text/plain", TTL: &hour, Text: "x", SameType: same})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "UPDATE ds_streams SET ttl_seconds = 0 WHERE path = 'brief'")
+	require.NoError(t, err)
+	reaped, err := p.Reap(ctx, 10, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped.Streams)
+
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "app-deletes", ContentType: "text/plain", Text: "y", SameType: same})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "DELETE FROM answers WHERE answer_id = 'ds/app-deletes'")
+	require.NoError(t, err)
+	_, err = p.Head(ctx, "app-deletes")
+	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound, "the app deleted the message row: the stream went with it")
+
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM answers) + (SELECT count(*) FROM answer_parts)").Scan(&left))
+	require.Zero(t, left, "nothing of the text streams is left")
+}
+
+// ProtocolTablesDDL gives the protocol's tables the shape the project's migrations give them:
+// the same columns (types, nullability, defaults), constraints and indexes, compared from the
+// catalog of a migrated database and of a bare one given the DDL.
+func TestProtocolTablesDDLMatchesTheMigrations(t *testing.T) {
+	t.Parallel()
+	migrated := pgtest.NewDB(t)
+	bare := pgtest.NewBareDB(t)
+	ctx := t.Context()
+	_, err := bare.Pool.Exec(ctx, "CREATE TABLE messages (id text PRIMARY KEY)")
+	require.NoError(t, err)
+	stmts, err := checkpoint.ProtocolTablesDDL(checkpoint.DefaultTables())
+	require.NoError(t, err)
+	for _, stmt := range stmts {
+		_, err := bare.Pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	shape := func(db *pgtest.DB) []string {
+		rs, err := db.Pool.Query(ctx, `
+			SELECT format('column %s.%s %s null=%s default=%s', table_name, column_name, data_type, is_nullable, coalesce(column_default, ''))
+				FROM information_schema.columns WHERE table_name IN ('ds_streams', 'ds_producers', 'ds_bytes')
+			UNION ALL SELECT format('constraint %s %s', conrelid::regclass, pg_get_constraintdef(oid))
+				FROM pg_constraint WHERE conrelid::regclass::text IN ('ds_streams', 'ds_producers', 'ds_bytes')
+			UNION ALL SELECT format('index %s', regexp_replace(indexdef, 'INDEX \S+ ON', 'INDEX ON'))
+				FROM pg_indexes WHERE tablename IN ('ds_streams', 'ds_producers', 'ds_bytes')
+			ORDER BY 1`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rs, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	require.Equal(t, shape(migrated), shape(bare))
 }

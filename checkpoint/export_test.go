@@ -16,11 +16,11 @@ func PendingWrites(s *Store) int {
 
 // DeleteInTx runs Delete's work for path in tx, for tests that interleave it with another
 // transaction.
-func DeleteInTx(ctx context.Context, tx pgx.Tx, path string) error {
-	m, err := lockMeta(ctx, tx, path)
+func DeleteInTx(ctx context.Context, p *Protocol, tx pgx.Tx, path string) error {
+	m, err := p.lockMeta(ctx, tx, path)
 	if err != nil {
 		return err
 	}
-	_, err = removeStream(ctx, tx, m)
+	_, err = p.removeStream(ctx, tx, m)
 	return err
 }

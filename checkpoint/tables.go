@@ -88,6 +88,57 @@ func ChunkTableDDL(t Tables) ([]string, error) {
 	}, nil
 }
 
+// ProtocolTablesDDL is the Durable Streams store's own tables (Protocol) for an app's migration
+// when its message table is mapped: ds_streams, ds_producers and ds_bytes, in the shape the
+// project's migrations give them (005, 006), with a text stream's message_id referencing the
+// app's message key (ON DELETE CASCADE: deleting the message row removes the stream). The key
+// must be a text column (a protocol stream's message id is "ds/" + its path). Every statement
+// is idempotent (IF NOT EXISTS).
+func ProtocolTablesDDL(t Tables) ([]string, error) {
+	t, err := resolvedTables(t)
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS ds_streams (
+	path text PRIMARY KEY,
+	message_id text UNIQUE REFERENCES %s (%s) ON DELETE CASCADE,
+	content_type text NOT NULL,
+	ttl_seconds bigint CHECK (ttl_seconds >= 0),
+	expires_at timestamptz,
+	accessed_at timestamptz NOT NULL DEFAULT now(),
+	stream_seq text,
+	closed_by text,
+	closed_epoch bigint,
+	closed_seq bigint,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	owner text,
+	unit text NOT NULL DEFAULT 'utf16' CHECK (unit IN ('utf16', 'byte')),
+	byte_tail bigint NOT NULL DEFAULT 0,
+	byte_closed boolean NOT NULL DEFAULT false,
+	forked_from text REFERENCES ds_streams (path),
+	fork_offset bigint,
+	fork_sub_offset bigint,
+	deleted_at timestamptz,
+	CONSTRAINT ds_streams_unit_data CHECK (deleted_at IS NOT NULL OR (unit = 'utf16') = (message_id IS NOT NULL)))`, q(t.Message), q(t.Columns.Key)),
+		"CREATE INDEX IF NOT EXISTS ds_streams_forked_from ON ds_streams (forked_from) WHERE forked_from IS NOT NULL",
+		"CREATE INDEX IF NOT EXISTS ds_streams_expiring ON ds_streams (path) WHERE ttl_seconds IS NOT NULL OR expires_at IS NOT NULL",
+		`CREATE TABLE IF NOT EXISTS ds_producers (
+	path text NOT NULL REFERENCES ds_streams (path) ON DELETE CASCADE,
+	producer_id text NOT NULL,
+	epoch bigint NOT NULL,
+	last_seq bigint NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (path, producer_id))`,
+		"CREATE INDEX IF NOT EXISTS ds_producers_updated_at ON ds_producers (updated_at)",
+		`CREATE TABLE IF NOT EXISTS ds_bytes (
+	path text NOT NULL REFERENCES ds_streams (path) ON DELETE CASCADE,
+	seq bigint NOT NULL,
+	data bytea NOT NULL,
+	PRIMARY KEY (path, seq))`,
+	}, nil
+}
+
 // ViewStatements are the reads the view (ivm) runs, inside its own snapshot transactions, in the
 // app's mapping: checkpoint owns every statement on the app's tables, the view only runs them.
 type ViewStatements struct {

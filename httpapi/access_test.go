@@ -296,7 +296,7 @@ func TestLastReleasesRowsAreTheDefaultTenants(t *testing.T) {
 	_, err := w.db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, body, seq, status) VALUES ('old-1', 'alice', 'from the last release', 21, 'complete')`)
 	require.NoError(t, err)
 	// The protocol store's writes did not change: its own Create writes a last-release stream.
-	streams, err := checkpoint.NewProtocol(w.db.Pool)
+	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
 	require.NoError(t, err)
 	_, created, err := streams.Create(ctx, checkpoint.CreateStream{Path: "old/doc", Owner: "alice", ContentType: "text/plain", Text: "doc text",
 		SameType: func(a, b string) bool { return a == b }})

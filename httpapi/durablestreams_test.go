@@ -54,7 +54,7 @@ func text(ct string) http.Header { return http.Header{"Content-Type": {ct}} }
 // a reader is woken by its own instance's append or by the view, or not at all.
 func serveStreams(t *testing.T, w *world) client {
 	t.Helper()
-	streams, err := checkpoint.NewProtocol(w.db.Pool)
+	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
 	require.NoError(t, err)
 	return serve(t, w, func(c *httpapi.Config) {
 		c.Streams = streams
@@ -297,7 +297,7 @@ func TestStreamsSSEFollowsAppendsLive(t *testing.T) {
 // time there, so a test can tell when its reader waits.
 func serveWatchedStreams(t *testing.T, w *world) client {
 	t.Helper()
-	streams, err := checkpoint.NewProtocol(w.db.Pool)
+	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
 	require.NoError(t, err)
 	c, srv := serveServer(t, w, func(c *httpapi.Config) {
 		c.Streams, c.StreamsLongPoll, c.StreamsPollInterval, c.MaxEventStreamsPerSubject = streams, 30*time.Second, time.Hour, 1

@@ -123,7 +123,7 @@ func TestSlowBodiesAndEarlyRefusalsLetTheConnectionGo(t *testing.T) {
 	w := setup(t)
 	c := serve(t, w, func(cfg *httpapi.Config) {
 		cfg.BodyTimeout, cfg.IngestIdleTimeout = 300*time.Millisecond, 300*time.Millisecond
-		streams, err := checkpoint.NewProtocol(w.db.Pool)
+		streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
 		require.NoError(t, err)
 		cfg.Streams = streams
 	})
@@ -165,7 +165,7 @@ func TestSlowBodiesAndEarlyRefusalsLetTheConnectionGo(t *testing.T) {
 func TestEventStreamsAreCappedPerSubjectAndInAll(t *testing.T) {
 	t.Parallel()
 	w := setup(t)
-	streams, err := checkpoint.NewProtocol(w.db.Pool)
+	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
 	require.NoError(t, err)
 	c := serve(t, w, func(cfg *httpapi.Config) {
 		cfg.MaxEventStreams, cfg.MaxEventStreamsPerSubject = 3, 2

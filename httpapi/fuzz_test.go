@@ -18,7 +18,7 @@ import (
 // input.
 func FuzzHTTPSurface(f *testing.F) {
 	w := setup(f)
-	streams, err := checkpoint.NewProtocol(w.db.Pool)
+	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
 	if err != nil {
 		f.Fatal(err)
 	}
