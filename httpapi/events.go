@@ -1,11 +1,14 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -166,6 +169,11 @@ func (s *Server) registerEvents() {
 			writeProblem(w, s.viewError(err))
 			return
 		}
+		if s.cfg.Direct != nil && r.ProtoMajor == 1 && r.TLS == nil && j.onLocalTail() {
+			if s.serveDirect(w, r, j, id) {
+				return
+			}
+		}
 		var src producer.FrameReader = j
 		if a.key != id {
 			src = renamed{FrameReader: j, id: id}
@@ -174,6 +182,44 @@ func (s *Server) registerEvents() {
 			s.cfg.Logger.Debug("sse: stream ended", "stream", id, "err", err)
 		}
 	})
+}
+
+// serveDirect hands an event stream on this instance's live tail to the DirectWriter: it
+// hijacks the connection, writes the head (the headers set so far, the SSE ones, Connection:
+// close) and the join's own frames, and lets the writers take the tail. False means the
+// connection cannot be hijacked and nothing was taken: the caller writes the stream itself.
+func (s *Server) serveDirect(w http.ResponseWriter, r *http.Request, j *Joined, id string) bool {
+	h := w.Header().Clone()
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return false
+	}
+	prefix, tail, pos := j.handOver()
+	producer.SetSSEHeaders(h)
+	h.Set("Connection", "close") // the response ends with the connection: no chunked framing
+	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	var head bytes.Buffer
+	head.WriteString("HTTP/1.1 200 OK\r\n")
+	_ = h.Write(&head)
+	head.WriteString("\r\n")
+	if retry := s.cfg.SSE.Retry; retry > 0 {
+		fmt.Fprintf(&head, "retry: %d\n\n", retry.Milliseconds())
+	}
+	b := head.Bytes()
+	for _, q := range prefix {
+		if q.f.Type == producer.FrameOpen {
+			q.f.StreamID, q.enc = id, nil // the id the reader asked for (a tenant's key is internal)
+		}
+		if q.enc != nil {
+			b = append(b, q.enc...)
+		} else {
+			b = producer.AppendSSE(b, q.f)
+		}
+	}
+	if err := s.cfg.Direct.Serve(r.Context(), conn, tail, pos, b); err != nil {
+		s.cfg.Logger.Debug("sse: stream ended", "stream", id, "err", err)
+	}
+	return true
 }
 
 // sealedBy reports whether the stream is sealed with nothing past from: the view says so, or

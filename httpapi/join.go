@@ -56,6 +56,8 @@ type Joined struct {
 	relayed   bool
 	sealed    context.Context
 	stopWatch context.CancelFunc
+	// lateTail: the tail was taken after the join (tryLive), so its replay needs trimming.
+	lateTail bool
 }
 
 // errSealedElsewhere cuts a relayed tail short once the view shows the stream sealed.
@@ -197,7 +199,25 @@ func (j *Joined) tryLive(ctx context.Context) {
 	j.stopOpenWatch()
 	// The open frame stays behind: this reader had its open. What the live plane replays below
 	// j.pos is trimmed in Next.
+	j.lateTail = true
 	j.goLive(ctx, sub, relayed)
+}
+
+// onLocalTail reports whether the reader is on this instance's live tail with nothing left to
+// transform: the live frames pass through Next unchanged from here on (a relayed tail, a
+// reader following the view, or one that moved onto the tail late, still need Next).
+func (j *Joined) onLocalTail() bool {
+	return !j.closed && !j.done && j.live != nil && !j.relayed && j.stopOpen == nil && !j.lateTail
+}
+
+// handOver gives a reader on its local tail (onLocalTail) to a writer that reads the
+// subscription itself: the frames the join queued (to be sent first), the subscription, and
+// the end of the text the queued frames cover. j is closed; the subscription is the caller's.
+func (j *Joined) handOver() (prefix []queued, tail *producer.Subscription, pos producer.Seq) {
+	prefix, tail, pos = j.queue, j.live, j.pos
+	j.queue, j.live = nil, nil
+	j.Close()
+	return prefix, tail, pos
 }
 
 var _ producer.EncodedFrameReader = (*Joined)(nil)

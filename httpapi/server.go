@@ -58,6 +58,12 @@ type Config struct {
 	MaxIngestBytes int64
 	// SSE configures event streams.
 	SSE producer.SSEConfig
+	// Direct, if set, writes the live tail of an event stream read over HTTP/1.x without TLS
+	// straight to its socket (producer.DirectWriter): the connection is hijacked once the
+	// join is on this instance's live tail, and the response ends with the connection. Nil
+	// (and any other reader) writes through net/http from the request's goroutine. The
+	// caller closes it after the server.
+	Direct *producer.DirectWriter
 	// Ready reports readiness for /readyz (the database reachable, CDC caught up). Nil means
 	// always ready.
 	Ready func(context.Context) error

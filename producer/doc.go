@@ -3,7 +3,9 @@
 //
 // It does not own the store. It talks to a Committer (checkpoint.Store on Postgres, or an app's
 // CommitFunc) and never emits SQL. It does not own the durable view readers fall back to (ivm),
-// nor HTTP routing and auth (httpapi); it provides the SSE encoder they use.
+// nor HTTP routing and auth (httpapi); it provides the SSE encoder they use, and DirectWriter,
+// which writes live frames to readers' sockets (hijacked HTTP/1.x connections the HTTP layer
+// hands it) from a few writer goroutines instead of one goroutine per reader.
 //
 // # The contract
 //

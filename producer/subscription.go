@@ -24,6 +24,9 @@ type subscriber struct {
 	notify chan struct{} // one token: "the queue changed"
 	detach func(*subscriber)
 	idx    int // position in the owning LiveStream's subs slice
+	// ready, if set, is called with each token (under mu, and the stream's lock when the
+	// producer queues): a DirectWriter's hook, in place of a goroutine waiting on notify.
+	ready func()
 }
 
 // queued is a frame and, for a live frame, its SSE encoding, made once for every reader. A live
@@ -42,6 +45,16 @@ func (s *subscriber) wake() {
 	case s.notify <- struct{}{}:
 	default:
 	}
+	if s.ready != nil {
+		s.ready()
+	}
+}
+
+// setReady installs the hook wake calls.
+func (s *subscriber) setReady(f func()) {
+	s.mu.Lock()
+	s.ready = f
+	s.mu.Unlock()
 }
 
 // offer queues a frame (with its shared SSE encoding, or nil). It returns false when the queue
@@ -107,8 +120,8 @@ func (s *subscriber) close() {
 	s.done = true
 	s.queue = nil
 	s.head = 0
-	s.mu.Unlock()
 	s.wake()
+	s.mu.Unlock()
 	if !already && s.detach != nil {
 		s.detach(s)
 	}

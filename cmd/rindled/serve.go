@@ -289,8 +289,13 @@ func (in *server) httpHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	var direct *producer.DirectWriter
+	if in.s.sseDirect {
+		direct = producer.NewDirectWriter(producer.DirectConfig{})
+		in.onStop(direct.Close)
+	}
 	api, err := httpapi.New(httpapi.Config{
-		Plane: in.plane, View: in.view, Messages: in.catalog, Verifier: verifier, Logger: in.logger,
+		Direct: direct, Plane: in.plane, View: in.view, Messages: in.catalog, Verifier: verifier, Logger: in.logger,
 		Metrics: in.tel.MetricsHandler, HostID: in.hostID, AllowedOrigins: in.s.origins(), Ready: in.ready,
 		Streams: streams, StreamsLongPoll: in.s.streamsLongPoll,
 		BodyTimeout: in.s.bodyTimeout, IngestIdleTimeout: in.s.ingestIdleTimeout,

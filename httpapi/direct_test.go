@@ -1,0 +1,102 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// Issue 23: an event stream read over HTTP/1.1 on this instance's live tail is handed to the
+// DirectWriter: the head keeps the headers set before it (CORS) and says the
+// response ends with the connection; the join's frames, then every delta, then the end frame
+// arrive in order, written by the writers; the connection closes after the end. Over HTTP/2
+// (TLS) the same stream is written through net/http as before.
+func TestEventStreamsOnTheLiveTailAreWrittenDirectly(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	d := producer.NewDirectWriter(producer.DirectConfig{Writers: 2})
+	change := func(c *httpapi.Config) {
+		c.Direct = d
+		c.AllowedOrigins = []string{"https://app.example"}
+	}
+	c, srv := serveServer(t, w, change)
+	// After the server's cleanup is registered, so it runs first: a hijacked reader's handler
+	// returns when the writer closes, and the test server's Close waits for it.
+	t.Cleanup(d.Close)
+	prod := token(t, "svc", "producer")
+	require.Equal(t, http.StatusCreated, c.do("POST", "/v1/messages", prod, []byte(`{"id":"m","owner":"alice"}`)).status)
+	require.Eventually(t, func() bool { _, err := w.view.Get(t.Context(), "m"); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m/open", prod, nil).status)
+	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m/append", prod, []byte(`{"text":"before "}`)).status)
+
+	read := func(client *http.Client, base string) (*http.Response, *bufio.Reader) {
+		req, err := http.NewRequestWithContext(t.Context(), "GET", base+"/v1/streams/m/events", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token(t, "alice", ""))
+		req.Header.Set("Origin", "https://app.example")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, "https://app.example", resp.Header.Get("Access-Control-Allow-Origin"))
+		require.Contains(t, resp.Header.Get("Content-Type"), "text/event-stream")
+		return resp, bufio.NewReader(resp.Body)
+	}
+	direct, directBody := read(http.DefaultClient, c.base) //nolint:bodyclose // closed in the helper's cleanup
+	require.True(t, direct.Close, "HTTP/1.1: the response ends with the connection")
+	require.Equal(t, "HTTP/1.1", direct.Proto)
+	require.Eventually(t, func() bool { return d.Stats().Readers == 1 }, 10*time.Second, time.Millisecond, "the reader went to the direct writer")
+
+	tlsServer := httptest.NewUnstartedServer(srv.Handler())
+	tlsServer.EnableHTTP2 = true
+	tlsServer.StartTLS()
+	t.Cleanup(tlsServer.Close)
+	h2, h2Body := read(tlsServer.Client(), tlsServer.URL) //nolint:bodyclose // closed in the helper's cleanup
+	require.Equal(t, 2, h2.ProtoMajor)
+
+	const deltas = 50
+	for i := range deltas {
+		require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m/append", prod, fmt.Appendf(nil, `{"text":"d%02d "}`, i)).status)
+	}
+	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m/close", prod, nil).status)
+	want := "before "
+	for i := range deltas {
+		want += fmt.Sprintf("d%02d ", i)
+	}
+	for _, body := range []*bufio.Reader{directBody, h2Body} {
+		var frames []producer.Frame
+		for {
+			ev, err := streamtest.ReadSSE(body)
+			require.NoError(t, err)
+			if ev.Data == "" {
+				continue
+			}
+			var f producer.Frame
+			require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
+			frames = append(frames, f)
+			if f.Terminal() {
+				break
+			}
+		}
+		require.Equal(t, "m", frames[0].StreamID)
+		text, end := streamtest.Replay(t, "", frames)
+		require.Equal(t, producer.FrameEnd, end.Type)
+		require.Equal(t, want, text)
+	}
+	_, err := io.ReadAll(directBody)
+	require.NoError(t, err, "the direct response ends at the connection's close")
+	st := d.Stats()
+	require.Positive(t, st.FastWrites)
+	require.Eventually(t, func() bool { return d.Stats().Readers == 0 }, 10*time.Second, time.Millisecond)
+}

@@ -1,0 +1,368 @@
+package producer_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
+	"github.com/rindle-sh/rindle-go/producer"
+)
+
+// directServer serves a plane's streams through a DirectWriter, as httpapi does for an HTTP/1.x
+// reader: it reads the request, subscribes, and hands the connection to Serve with the
+// response head. wrap, if set, wraps each accepted connection. served receives each Serve's
+// result.
+func directServer(t *testing.T, plane *producer.Plane, d *producer.DirectWriter, wrap func(net.Conn) net.Conn) (url string, served chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	served = make(chan error, 64)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				req, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					_ = conn.Close()
+					return
+				}
+				from, _ := producer.ResumeFromRequest(req)
+				sub, err := plane.Subscribe(context.Background(), producer.SubscribeInput{StreamID: req.URL.Query().Get("id"), From: from})
+				if err != nil {
+					_ = conn.Close()
+					return
+				}
+				if wrap != nil {
+					conn = wrap(conn)
+				}
+				head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+				served <- d.Serve(context.Background(), conn, sub, from, []byte(head))
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String(), served
+}
+
+// readAll reads SSE frames until the terminal one, returning them and the comments seen.
+func readFrames(t *testing.T, r *bufio.Reader) (frames []producer.Frame, comments int) {
+	t.Helper()
+	for {
+		ev, err := streamtest.ReadSSE(r)
+		require.NoError(t, err)
+		if ev.Comment != "" {
+			comments++
+			continue
+		}
+		var f producer.Frame
+		require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
+		frames = append(frames, f)
+		if f.Terminal() {
+			return frames, comments
+		}
+	}
+}
+
+func newDirect(t *testing.T, cfg producer.DirectConfig) *producer.DirectWriter {
+	t.Helper()
+	d := producer.NewDirectWriter(cfg)
+	t.Cleanup(d.Close)
+	return d
+}
+
+// Every reader gets every frame, in order, from the writers' non-blocking writes, and the
+// stream's end closes each connection after its end frame.
+func TestDirectWriterDeliversEveryFrameInOrder(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 1 << 30 })
+	s := w.open(t, "m")
+	d := newDirect(t, producer.DirectConfig{Writers: 2})
+	url, served := directServer(t, w.plane, d, nil)
+	const readers, pushes = 20, 300
+	bodies := make([]*bufio.Reader, readers)
+	for i := range readers {
+		resp, err := http.Get(url + "/?id=m")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+		bodies[i] = bufio.NewReader(resp.Body)
+	}
+	require.Eventually(t, func() bool { return d.Stats().Readers == readers }, 10*time.Second, time.Millisecond)
+	var want strings.Builder
+	for i := range pushes {
+		piece := fmt.Sprintf("δ%d😀 ", i)
+		want.WriteString(piece)
+		require.NoError(t, s.Push(piece))
+	}
+	require.NoError(t, s.Close(t.Context()))
+	for _, b := range bodies {
+		frames, _ := readFrames(t, b)
+		text, last := streamtest.Replay(t, "", frames)
+		require.Equal(t, want.String(), text)
+		require.Equal(t, producer.FrameEnd, last.Type)
+		_, err := b.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "the connection closes after the end frame")
+	}
+	for range readers {
+		require.NoError(t, <-served)
+	}
+	st := d.Stats()
+	require.Zero(t, st.Readers)
+	require.Positive(t, st.FastWrites, "the writers wrote frames straight to the sockets")
+}
+
+// A reader that stops reading fills its socket: the rest goes out from its Serve goroutine,
+// blocking, and once it reads again it gets everything, in order, and returns to the fast
+// path. One that never reads again is ended with stale when its bounded queue overflows.
+func TestDirectWriterSlowReaderCatchesUpOrGoesStale(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.MaxQueuedFrames = 64; c.CheckpointChars = 1 << 30 })
+	s := w.open(t, "m")
+	d := newDirect(t, producer.DirectConfig{Writers: 1})
+	url, _ := directServer(t, w.plane, d, nil)
+	slow, err := http.Get(url + "/?id=m")
+	require.NoError(t, err)
+	defer slow.Body.Close()
+	stuck, err := http.Get(url + "/?id=m")
+	require.NoError(t, err)
+	defer stuck.Body.Close()
+	require.Eventually(t, func() bool { return d.Stats().Readers == 2 }, 10*time.Second, time.Millisecond)
+
+	// Frames of 16 KiB until a socket would block (the writers hand readers over), then 32
+	// more: within the queue's 64.
+	big := strings.Repeat("x", 16<<10)
+	var want strings.Builder
+	for d.Stats().Handoffs == 0 {
+		require.NoError(t, s.Push(big))
+		want.WriteString(big)
+	}
+	for range 32 {
+		require.NoError(t, s.Push(big))
+		want.WriteString(big)
+	}
+	r := bufio.NewReader(slow.Body)
+	var frames []producer.Frame
+	for got := producer.Seq(0); got < producer.Seq(want.Len()); {
+		ev, err := streamtest.ReadSSE(r)
+		require.NoError(t, err)
+		if ev.Comment != "" {
+			continue
+		}
+		var f producer.Frame
+		require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
+		require.False(t, f.Terminal(), "the slow reader caught up within its queue: %+v", f)
+		frames = append(frames, f)
+		if f.Type == producer.FrameChunk {
+			got = f.Seq
+		}
+	}
+	fast := d.Stats().FastWrites
+	require.NoError(t, s.Push("tail"))
+	want.WriteString("tail")
+	ev, err := streamtest.ReadSSE(r)
+	require.NoError(t, err)
+	var f producer.Frame
+	require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
+	frames = append(frames, f, producer.Frame{Type: producer.FrameEnd})
+	text, _ := streamtest.Replay(t, "", frames)
+	require.Equal(t, want.String(), text, "every frame, in order")
+	require.Eventually(t, func() bool { return d.Stats().FastWrites > fast }, 10*time.Second, time.Millisecond, "back on the fast path")
+
+	// The stuck reader never read: its queue overflowed, and it ends with stale.
+	for range 200 {
+		require.NoError(t, s.Push(big))
+	}
+	frames, _ = readFrames(t, bufio.NewReader(stuck.Body))
+	require.Equal(t, producer.FrameStale, frames[len(frames)-1].Type)
+}
+
+// An idle reader gets a keep-alive comment from the writers.
+func TestDirectWriterKeepsAnIdleReaderAlive(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.open(t, "m")
+	d := newDirect(t, producer.DirectConfig{Writers: 1, KeepAlive: 20 * time.Millisecond})
+	url, _ := directServer(t, w.plane, d, nil)
+	resp, err := http.Get(url + "/?id=m")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	for {
+		ev, err := streamtest.ReadSSE(r)
+		require.NoError(t, err)
+		if ev.Comment == ": ping" {
+			return
+		}
+	}
+}
+
+// A client that goes away is noticed at the next write: Serve returns and the subscription
+// detaches. Close ends every reader still served.
+func TestDirectWriterLetsGoOfGoneClientsAndCloses(t *testing.T) {
+	t.Parallel()
+	var subscribers atomic.Int64
+	w := newWorld(t, func(c *producer.Config) {
+		c.CheckpointChars = 1 << 30
+		c.MaxQueuedFrames = 1 << 20 // no reader here goes stale, however far the pushes run ahead
+		c.OnSubscriberFunc = func(d int, _ bool) { subscribers.Add(int64(d)) }
+	})
+	s := w.open(t, "m")
+	d := producer.NewDirectWriter(producer.DirectConfig{Writers: 1})
+	defer d.Close()
+	url, served := directServer(t, w.plane, d, nil)
+	gone, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	require.NoError(t, err)
+	_, err = gone.Write([]byte("GET /?id=m HTTP/1.1\r\nHost: x\r\n\r\n"))
+	require.NoError(t, err)
+	kept, err := http.Get(url + "/?id=m")
+	require.NoError(t, err)
+	defer kept.Body.Close()
+	require.Eventually(t, func() bool { return d.Stats().Readers == 2 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, gone.Close())
+	var result error
+	for pushed := 0; ; pushed++ {
+		require.NoError(t, s.Push("x"))
+		select {
+		case result = <-served:
+		default:
+			continue
+		}
+		break
+	}
+	require.Error(t, result, "the gone client's write failed")
+	require.Eventually(t, func() bool { return subscribers.Load() == 1 }, 10*time.Second, time.Millisecond, "its subscription detached")
+
+	d.Close()
+	require.Error(t, <-served)
+	_, err = io.ReadAll(kept.Body)
+	require.NoError(t, err, "the kept reader's response ends at the close")
+	require.Eventually(t, func() bool { return subscribers.Load() == 0 }, 10*time.Second, time.Millisecond)
+}
+
+// noSyscall hides a connection's descriptor, as a wrapping listener would.
+type noSyscall struct{ net.Conn }
+
+// Property: any number of readers, each pausing its reads at random counts of frames (seeded,
+// so a failure replays), some behind a connection without a descriptor, get exactly the pushed
+// text, in order, ending with end, whatever the writers and the blocking path did.
+func TestDirectWriterRandomSchedules(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 99))
+			w := newWorld(t, func(c *producer.Config) { c.MaxQueuedFrames = 1 << 16; c.CheckpointChars = 1 << 30 })
+			s := w.open(t, "m")
+			d := newDirect(t, producer.DirectConfig{Writers: 1 + rng.IntN(3)})
+			wrapped := rng.IntN(2) == 0
+			url, served := directServer(t, w.plane, d, func(c net.Conn) net.Conn {
+				if wrapped {
+					return noSyscall{c}
+				}
+				return c
+			})
+			readers := 2 + rng.IntN(6)
+			var wg sync.WaitGroup
+			texts := make([]string, readers)
+			errs := make([]error, readers)
+			for i := range readers {
+				resp, err := http.Get(url + "/?id=m")
+				require.NoError(t, err)
+				pauseEvery := 1 + rng.IntN(50)
+				wg.Go(func() {
+					defer resp.Body.Close()
+					r := bufio.NewReader(resp.Body)
+					var frames []producer.Frame
+					for n := 0; ; n++ {
+						if n%pauseEvery == 0 {
+							// A pause: the reader takes nothing until the pusher moved on.
+							runtimeYield(pauseEvery)
+						}
+						ev, err := streamtest.ReadSSE(r)
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						if ev.Comment != "" {
+							continue
+						}
+						var f producer.Frame
+						if err := json.Unmarshal([]byte(ev.Data), &f); err != nil {
+							errs[i] = err
+							return
+						}
+						frames = append(frames, f)
+						if f.Terminal() {
+							if f.Type != producer.FrameEnd {
+								errs[i] = errors.New("ended with " + string(f.Type))
+								return
+							}
+							break
+						}
+					}
+					texts[i], errs[i] = replayQuiet(frames)
+				})
+			}
+			require.Eventually(t, func() bool { return d.Stats().Readers == int64(readers) }, 10*time.Second, time.Millisecond)
+			var want strings.Builder
+			for range 200 + rng.IntN(300) {
+				piece := strings.Repeat(string(rune('a'+rng.IntN(26))), 1+rng.IntN(2000)) + "😀"
+				want.WriteString(piece)
+				require.NoError(t, s.Push(piece))
+			}
+			require.NoError(t, s.Close(t.Context()))
+			wg.Wait()
+			for i := range readers {
+				require.NoError(t, errs[i], "reader %d", i)
+				require.Equal(t, want.String(), texts[i], "reader %d", i)
+				require.NoError(t, <-served)
+			}
+		})
+	}
+}
+
+// runtimeYield lets other goroutines run n times (a pause counted in scheduling turns, not
+// time).
+func runtimeYield(n int) {
+	for range n {
+		runtime.Gosched()
+	}
+}
+
+// replayQuiet is streamtest.Replay without a testing.TB (for reader goroutines): the text the
+// frames carry, checking that chunks are contiguous.
+func replayQuiet(frames []producer.Frame) (string, error) {
+	var b strings.Builder
+	var at producer.Seq
+	for _, f := range frames {
+		switch f.Type {
+		case producer.FrameOpen:
+			at = f.From
+		case producer.FrameChunk:
+			if f.From != at {
+				return b.String(), fmt.Errorf("chunk from %d, expected %d", f.From, at)
+			}
+			b.WriteString(f.Text)
+			at = f.Seq
+		}
+	}
+	return b.String(), nil
+}
