@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -77,13 +76,8 @@ func TestEventStreamsOnTheLiveTailAreWrittenDirectly(t *testing.T) {
 	for _, body := range []*bufio.Reader{directBody, h2Body} {
 		var frames []producer.Frame
 		for {
-			ev, err := streamtest.ReadSSE(body)
+			f, err := streamtest.ReadFrame(body)
 			require.NoError(t, err)
-			if ev.Data == "" {
-				continue
-			}
-			var f producer.Frame
-			require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
 			frames = append(frames, f)
 			if f.Terminal() {
 				break

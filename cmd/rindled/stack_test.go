@@ -232,17 +232,10 @@ func TestComposeStackServes(t *testing.T) {
 		r := bufio.NewReader(resp.Body)
 		var frames []producer.Frame
 		next := func() producer.Frame {
-			for {
-				ev, err := streamtest.ReadSSE(r)
-				require.NoError(t, err)
-				if ev.Data == "" {
-					continue
-				}
-				var f producer.Frame
-				require.NoError(t, json.Unmarshal([]byte(ev.Data), &f))
-				frames = append(frames, f)
-				return f
-			}
+			f, err := streamtest.ReadFrame(r)
+			require.NoError(t, err)
+			frames = append(frames, f)
+			return f
 		}
 		const live = "from rindled-1, live on rindled-2 😀"
 		st, b = request(t, http.DefaultClient, on("rindled-1", "/v1/streams/"+id+"/append"), "POST", p, `{"text":"`+live+`"}`)

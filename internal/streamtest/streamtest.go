@@ -7,6 +7,7 @@ package streamtest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -112,5 +113,24 @@ func ReadSSE(r *bufio.Reader) (SSEEvent, error) {
 		default:
 			return ev, fmt.Errorf("unexpected SSE line %q", line)
 		}
+	}
+}
+
+// ReadFrame reads the next frame of an event stream, skipping comments (keep-alives) and
+// events without data (a bare retry).
+func ReadFrame(r *bufio.Reader) (producer.Frame, error) {
+	for {
+		ev, err := ReadSSE(r)
+		if err != nil {
+			return producer.Frame{}, err
+		}
+		if ev.Data == "" {
+			continue
+		}
+		var f producer.Frame
+		if err := json.Unmarshal([]byte(ev.Data), &f); err != nil {
+			return producer.Frame{}, fmt.Errorf("frame %q: %w", ev.Data, err)
+		}
+		return f, nil
 	}
 }
