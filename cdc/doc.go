@@ -24,8 +24,9 @@
 //
 // Concurrency and lifecycle: Start runs Setup, then one goroutine that owns the replication
 // connection; Stop ends it. Receives are bounded by the status interval, a server that goes
-// silent past ServerTimeout counts as a dead connection, and every failure reconnects with
-// backoff. A broker that refuses a publish stalls the reader (reported through
+// silent past ServerTimeout counts as a dead connection (after half of it in silence, status
+// updates ask the server for a reply, so an idle healthy connection always answers in time),
+// and every failure reconnects with backoff. A broker that refuses a publish stalls the reader (reported through
 // OnPublishErrorFunc and Stats.Stalled) while the slot keeps the WAL; it catches up when the
 // broker is back.
 //

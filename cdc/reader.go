@@ -74,8 +74,10 @@ type Config struct {
 	// Defaults to DefaultStatusInterval.
 	StatusInterval time.Duration
 	// ServerTimeout is how long the reader waits with no message at all from the server
-	// (the server sends keep-alives) before it treats the connection as dead and reconnects.
-	// Defaults to DefaultServerTimeout.
+	// before it treats the connection as dead and reconnects. A server with nothing to send
+	// stays quiet while the reader's status updates keep coming, so once half of it has passed
+	// in silence each status update asks for a reply (a keep-alive): an idle but healthy
+	// connection is never taken for a dead one. Defaults to DefaultServerTimeout.
 	ServerTimeout time.Duration
 	// ConnectTimeout bounds every connection attempt (a database address that accepts and never
 	// answers must not hang the reader). A connect_timeout in ConnString wins. Defaults to
@@ -111,6 +113,9 @@ type Stats struct {
 	Events     int64         // events in them
 	Acked      pglogrepl.LSN // the last position reported flushed to the server
 	Reconnects int64
+	// Keepalives: the server's keep-alive messages received (some asked for by the reader
+	// after a silence, see Config.ServerTimeout).
+	Keepalives int64
 	Stalled    bool // a publish is failing right now
 	// Leader: this reader holds the slot and is streaming it. A standby (another reader holds
 	// the slot) and a reader between connections are not.
@@ -125,9 +130,9 @@ type Reader struct {
 	plainConf *pgx.ConnConfig // setup and slot lag
 	tables    mapping.Tables
 
-	published, events, reconnects atomic.Int64
-	acked                         atomic.Uint64
-	stalled, leader               atomic.Bool
+	published, events, reconnects, keepalives atomic.Int64
+	acked                                     atomic.Uint64
+	stalled, leader                           atomic.Bool
 
 	runner startstop.Runner
 }
@@ -326,6 +331,7 @@ func (r *Reader) Stats() Stats {
 		Events:     r.events.Load(),
 		Acked:      pglogrepl.LSN(r.acked.Load()),
 		Reconnects: r.reconnects.Load(),
+		Keepalives: r.keepalives.Load(),
 		Leader:     r.leader.Load(),
 		Stalled:    r.stalled.Load(),
 	}
@@ -400,15 +406,18 @@ func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
 	dec := newDecoder(r.tables)
 	dec.maxBody = r.cfg.MaxBodyBytes
 	acked := pglogrepl.LSN(r.acked.Load())
+	lastHeard := time.Now()
 	status := func(ctx context.Context) error {
-		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked})
+		// A walsender with nothing to send stays silent while status updates arrive: after
+		// half the timeout in silence, ask it to answer, so a quiet connection shows it lives.
+		ask := time.Since(lastHeard) >= r.cfg.ServerTimeout/2
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked, ReplyRequested: ask})
 		if err == nil {
 			r.acked.Store(uint64(acked))
 		}
 		return err
 	}
 	nextStatus := time.Now().Add(r.cfg.StatusInterval)
-	lastHeard := time.Now()
 	for {
 		if ctx.Err() != nil {
 			return progressed, context.Cause(ctx)
@@ -446,6 +455,7 @@ func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
 				if err != nil {
 					return progressed, fmt.Errorf("cdc: keepalive: %w", err)
 				}
+				r.keepalives.Add(1)
 				// The server's position may be acknowledged only with nothing in flight, or a
 				// quiet publication on a busy cluster pins WAL forever.
 				if !dec.inTx() && ka.ServerWALEnd > acked {

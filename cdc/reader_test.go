@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/pgcluster"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
+	"github.com/rindle-sh/rindle-go/migrations"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -218,4 +220,48 @@ func TestASecondReaderOnTheSlotWaitsAndTakesOver(t *testing.T) {
 		}
 		require.Equal(t, "one", id)
 	}
+}
+
+// TestAQuietConnectionIsNotTakenForDead runs a reader on a cluster of its own, where nothing
+// writes: a walsender with nothing to send stays silent while status updates keep arriving, so
+// the reader must ask it to answer before the server timeout, or it reconnects (its backoff
+// growing each time) every timeout on an idle system. It must hear several keep-alives on one
+// connection, with no reconnect.
+func TestAQuietConnectionIsNotTakenForDead(t *testing.T) {
+	t.Parallel()
+	base, err := os.MkdirTemp("", "rindle-quiet-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	ctx := t.Context()
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(base, "pg"), Ephemeral: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	conn, err := pgx.Connect(ctx, c.URL)
+	require.NoError(t, err)
+	_, err = migrations.Migrate(ctx, conn)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+
+	// The timeout is short so the test is, and long enough that a loaded machine answers a
+	// request for a reply within its second half.
+	r, err := cdc.New(cdc.Config{ConnString: c.URL, Publisher: ordered(), StatusInterval: 50 * time.Millisecond, ServerTimeout: 4 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(r.Stop)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s := r.Stats()
+		require.Zero(t, s.Reconnects, "the quiet connection was taken for dead")
+		if s.Keepalives >= 4 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	require.True(t, r.Stats().Leader)
 }
