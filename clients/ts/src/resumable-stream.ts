@@ -63,6 +63,10 @@ export function createResumableStreamContext(options: CreateResumableStreamConte
   const path = (streamId: string, route = "") => url(options.baseUrl, `/v1/streams/${encodeURIComponent(key(streamId))}${route}`);
   // What this context produced or saw end, and whether each is sealed: known at once here.
   const produced = new Map<string, "producing" | "DONE">();
+  // Streams this context is creating: a question about one waits for its creation, so a
+  // resume in the same process never misses a stream whose first words are already out (the
+  // AI SDK streams to the client while consumeSseStream is still creating the stream).
+  const creating = new Map<string, Promise<void>>();
 
   async function view(streamId: string): Promise<View | undefined> {
     const res = await doFetch(path(streamId), { headers: await authHeaders(options.token) });
@@ -72,6 +76,7 @@ export function createResumableStreamContext(options: CreateResumableStreamConte
   }
 
   async function state(streamId: string): Promise<null | true | "DONE"> {
+    await creating.get(streamId);
     const mine = produced.get(streamId);
     if (mine) return mine === "DONE" ? "DONE" : true;
     const v = await view(streamId);
@@ -89,12 +94,32 @@ export function createResumableStreamContext(options: CreateResumableStreamConte
     }
   }
 
-  // produce pumps makeStream into rindled, and yields the same text to the caller as rindled
-  // takes it, from skip on. The caller's stream ends once the answer is sealed in the store.
-  async function produce(streamId: string, makeStream: () => ReadableStream<string>, skip: number): Promise<ReadableStream<string>> {
-    const producer = new Producer({ baseUrl: options.baseUrl, token: options.token, fetch: options.fetch, streamId: key(streamId) });
-    await producer.open();
-    produced.set(streamId, "producing");
+  // begin creates the stream and opens it for producing: undefined if it exists already (another
+  // request made it). Until it settles, state() in this context waits for it.
+  async function begin(streamId: string): Promise<Producer | undefined> {
+    const made = (async () => {
+      if (!(await create(streamId))) return undefined;
+      const producer = new Producer({ baseUrl: options.baseUrl, token: options.token, fetch: options.fetch, streamId: key(streamId) });
+      await producer.open();
+      produced.set(streamId, "producing");
+      return producer;
+    })();
+    const settled = made.then(
+      () => {},
+      () => {},
+    );
+    creating.set(streamId, settled);
+    try {
+      return await made;
+    } finally {
+      if (creating.get(streamId) === settled) creating.delete(streamId);
+    }
+  }
+
+  // produce pumps makeStream into rindled through an opened producer (begin), and yields the
+  // same text to the caller as rindled takes it, from skip on. The caller's stream ends once the
+  // answer is sealed in the store.
+  function produce(streamId: string, producer: Producer, makeStream: () => ReadableStream<string>, skip: number): ReadableStream<string> {
     let sent = 0;
     let finished!: () => void;
     waitUntil(new Promise<void>((ok) => (finished = ok)));
@@ -249,13 +274,15 @@ export function createResumableStreamContext(options: CreateResumableStreamConte
     async resumableStream(streamId, makeStream, skipCharacters) {
       const s = await state(streamId);
       if (s === "DONE") return null;
-      if (s === null && (await create(streamId))) return produce(streamId, makeStream, skipCharacters ?? 0);
+      const producer = s === null ? await begin(streamId) : undefined;
+      if (producer) return produce(streamId, producer, makeStream, skipCharacters ?? 0);
       return (await resumeExistingStream(streamId, skipCharacters)) ?? null;
     },
     resumeExistingStream,
     async createNewResumableStream(streamId, makeStream, skipCharacters) {
-      if (!(await create(streamId))) return (await resumeExistingStream(streamId, skipCharacters)) ?? null;
-      return produce(streamId, makeStream, skipCharacters ?? 0);
+      const producer = await begin(streamId);
+      if (!producer) return (await resumeExistingStream(streamId, skipCharacters)) ?? null;
+      return produce(streamId, producer, makeStream, skipCharacters ?? 0);
     },
     hasExistingStream: state,
     async cancel(streamId) {

@@ -143,3 +143,38 @@ test("a producer whose append's answer was lost sends it again, and the text is 
   assert.equal(v.status, "complete");
   assert.equal(v.text, deltas.join(""), "each delta once");
 });
+
+test("a resume in the producing context while the stream is still being created resumes it", async () => {
+  // The AI SDK streams to the client while consumeSseStream is still creating the stream: a
+  // client that drops and comes back at once asks the same process before rindled has the
+  // message. The create is held here until the resume has asked.
+  let releaseCreate!: () => void;
+  const createHeld = new Promise<void>((ok) => (releaseCreate = ok));
+  let createSent!: () => void;
+  const createStarted = new Promise<void>((ok) => (createSent = ok));
+  const held: typeof fetch = async (input, init) => {
+    const url = new URL(input instanceof Request ? input.url : String(input));
+    if ((init?.method ?? "GET") === "POST" && url.pathname === "/v1/messages") {
+      createSent();
+      await createHeld;
+    }
+    return fetch(input, init);
+  };
+  const ctx = context(undefined, held);
+  let source!: ReadableStreamDefaultController<string>;
+  const made = new ReadableStream<string>({ start: (c) => void (source = c) });
+  const producing = ctx.createNewResumableStream("chat-1", () => made);
+  await createStarted;
+  const resuming = ctx.resumeExistingStream("chat-1");
+  releaseCreate();
+  const produced = await producing;
+  assert.ok(produced, "the creating request produces");
+  const resumed = await resuming;
+  assert.ok(resumed, "the stream being created is resumed, not reported absent");
+  const [producedText, resumedText] = [readAll(produced), readAll(resumed)];
+  for (const d of ["one ", "two é😀 ", "three"]) source.enqueue(d);
+  source.close();
+  assert.deepEqual(await producedText, { text: "one two é😀 three" });
+  assert.deepEqual(await resumedText, { text: "one two é😀 three" });
+  assert.equal(await ctx.hasExistingStream("chat-1"), "DONE");
+});
