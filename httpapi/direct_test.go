@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +95,56 @@ func TestEventStreamsOnTheLiveTailAreWrittenDirectly(t *testing.T) {
 	st := d.Stats()
 	require.Positive(t, st.FastWrites)
 	require.Eventually(t, func() bool { return d.Stats().Readers == 0 }, 10*time.Second, time.Millisecond)
+}
+
+// A direct reader's handler returns once the writer has it, yet the reader keeps its waiting
+// slot until it ends: a subject at its cap of one gets 429 while it reads, and the slot comes
+// back when the client hangs up, with nothing pushed to notice it by.
+func TestADirectReaderHoldsItsSlotAndNoHandler(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	d := producer.NewDirectWriter(producer.DirectConfig{Writers: 1})
+	c, _ := serveServer(t, w, func(cfg *httpapi.Config) {
+		cfg.Direct = d
+		cfg.MaxEventStreamsPerSubject = 1
+	})
+	t.Cleanup(d.Close)
+	openHTTP(t, c, w, "m")
+	alice := token(t, "alice", "")
+	read := func() *http.Response {
+		req, err := http.NewRequestWithContext(t.Context(), "GET", c.base+"/v1/streams/m/events", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+alice)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	first := read()
+	require.Equal(t, http.StatusOK, first.StatusCode)
+	require.True(t, first.Close, "the direct writer has it")
+	f, err := streamtest.ReadFrame(bufio.NewReader(first.Body))
+	require.NoError(t, err)
+	require.Equal(t, producer.FrameOpen, f.Type)
+	require.Eventually(t, func() bool { return !handlerServing("serveDirect") }, 10*time.Second, 5*time.Millisecond,
+		"the handler returned once it handed the reader over")
+	require.Equal(t, int64(1), d.Stats().Readers)
+	require.Equal(t, http.StatusTooManyRequests, read().StatusCode, "the direct reader holds alice's slot") //nolint:bodyclose // closed in the helper's cleanup
+
+	require.NoError(t, first.Body.Close())
+	require.Eventually(t, func() bool { return d.Stats().Readers == 0 }, 10*time.Second, time.Millisecond, "the hang-up ended the reader")
+	again := read() //nolint:bodyclose // closed in the helper's cleanup
+	require.Equal(t, http.StatusOK, again.StatusCode, "the slot came back")
+}
+
+// handlerServing reports whether any goroutine's stack is in a function whose name holds fn.
+func handlerServing(fn string) bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Contains(string(buf[:n]), fn)
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }

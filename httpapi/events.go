@@ -160,7 +160,12 @@ func (s *Server) registerEvents() {
 			writeProblem(w, err)
 			return
 		}
-		defer release()
+		handedOver := false // the direct writer releases the slot when the reader ends
+		defer func() {
+			if !handedOver {
+				release()
+			}
+		}()
 		if a.host != "" {
 			w.Header().Set(HostHeader, a.host)
 		}
@@ -170,7 +175,7 @@ func (s *Server) registerEvents() {
 			return
 		}
 		if s.cfg.Direct != nil && r.ProtoMajor == 1 && r.TLS == nil && j.onLocalTail() {
-			if s.serveDirect(w, r, j, id) {
+			if handedOver = s.serveDirect(w, r, j, id, release); handedOver {
 				return
 			}
 		}
@@ -186,9 +191,15 @@ func (s *Server) registerEvents() {
 
 // serveDirect hands an event stream on this instance's live tail to the DirectWriter: it
 // hijacks the connection, writes the head (the headers set so far, the SSE ones, Connection:
-// close) and the join's own frames, and lets the writers take the tail. False means the
-// connection cannot be hijacked and nothing was taken: the caller writes the stream itself.
-func (s *Server) serveDirect(w http.ResponseWriter, r *http.Request, j *Joined, id string) bool {
+// close) and the join's own frames, and lets the writers take the tail. The handler returns
+// then, and its goroutine ends: a waiting reader holds none. release runs when the reader
+// ends. False means the connection cannot be hijacked and nothing was taken (release is still
+// the caller's): the caller writes the stream itself.
+//
+// The reader ends with its stream (a drain seals every stream on this instance, so every
+// reader here gets its end), the client's hang-up, a failed write, or the DirectWriter's
+// Close: not with the request's context, which net/http cancels when the handler returns.
+func (s *Server) serveDirect(w http.ResponseWriter, r *http.Request, j *Joined, id string, release func()) bool {
 	h := w.Header().Clone()
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -216,9 +227,13 @@ func (s *Server) serveDirect(w http.ResponseWriter, r *http.Request, j *Joined, 
 			b = producer.AppendSSE(b, q.f)
 		}
 	}
-	if err := s.cfg.Direct.Serve(r.Context(), conn, tail, pos, b); err != nil {
-		s.cfg.Logger.Debug("sse: stream ended", "stream", id, "err", err)
-	}
+	logger := s.cfg.Logger
+	s.cfg.Direct.Start(conn, tail, pos, b, func(err error) {
+		release()
+		if err != nil {
+			logger.Debug("sse: stream ended", "stream", id, "err", err)
+		}
+	})
 	return true
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -30,16 +29,19 @@ type DirectConfig struct {
 // frame to a small pool of writer goroutines, which write it (every frame a reader has queued,
 // in one write) to each ready reader's socket without blocking: no goroutine per reader wakes
 // for a frame, and a frame's encoding is made once for every reader. A reader whose socket
-// would block leaves this fast path: the goroutine serving it (Serve's caller) writes what is
-// left with blocking writes under WriteTimeout, draining its bounded queue (an overflow still
-// ends it with stale, as WriteSSE does), and hands it back once it has caught up. Idle readers
-// get keep-alives from the writers.
+// would block leaves this fast path: a goroutine of its own, started then, writes what is left
+// with blocking writes under WriteTimeout, draining its bounded queue (an overflow still ends
+// it with stale, as WriteSSE does), and hands it back once it has caught up. Idle readers get
+// keep-alives from the writers.
+//
+// A waiting reader holds no goroutine: on Linux one goroutine per DirectWriter watches every
+// reader's socket for the client's hang-up (epoll, EPOLLRDHUP), so a client that goes away is
+// let go at once. Elsewhere, and for a connection without a descriptor, a goroutine per reader
+// waits in a read of it instead (a client says nothing after its request).
 //
 // A reader served here is a hijacked HTTP/1.x connection on a socket (TCP or Unix); the
-// response is delimited by the connection's close (no chunked framing). Serve's goroutine
-// waits in a read of the connection (a client says nothing after its request), so a client
-// that goes away is noticed at once, with no goroutine woken per frame; the caller touches the
-// connection no more once it called Serve.
+// response is delimited by the connection's close (no chunked framing). The caller touches the
+// connection no more once it called Start or Serve.
 type DirectWriter struct {
 	cfg     DirectConfig
 	readers atomic.Int64
@@ -47,6 +49,7 @@ type DirectWriter struct {
 	handoff atomic.Uint64
 	shards  []*directShard
 	next    atomic.Uint32
+	hangups *hangups // nil: a goroutine per reader watches for the hang-up
 	stop    chan struct{}
 	stopped sync.WaitGroup
 	once    sync.Once
@@ -67,6 +70,14 @@ func NewDirectWriter(cfg DirectConfig) *DirectWriter {
 		cfg.WriteTimeout = DefaultSSEWriteTimeout
 	}
 	d := &DirectWriter{cfg: cfg, stop: make(chan struct{})}
+	if h, err := newHangups(); err == nil {
+		d.hangups = h
+		d.stopped.Add(1)
+		go func() {
+			defer d.stopped.Done()
+			h.run()
+		}()
+	}
 	for range cfg.Writers {
 		sh := &directShard{d: d, wake: make(chan struct{}, 1), readers: map[*directReader]struct{}{}}
 		d.shards = append(d.shards, sh)
@@ -82,7 +93,7 @@ type DirectStats struct {
 	Readers int64
 	// FastWrites: non-blocking writes that took everything ready (frames, or a keep-alive).
 	FastWrites uint64
-	// Handoffs: readers handed to their Serve goroutine because the socket would block (or
+	// Handoffs: readers handed to a goroutine of their own because the socket would block (or
 	// the connection has no descriptor to write to without blocking).
 	Handoffs uint64
 }
@@ -92,10 +103,11 @@ func (d *DirectWriter) Stats() DirectStats {
 	return DirectStats{Readers: d.readers.Load(), FastWrites: d.fast.Load(), Handoffs: d.handoff.Load()}
 }
 
-// Close ends every reader (its connection closes; Serve returns) and stops the writers.
+// Close ends every reader (its connection closes; its done runs) and stops the writers.
 func (d *DirectWriter) Close() {
 	d.once.Do(func() {
 		close(d.stop)
+		d.hangups.close()
 		d.stopped.Wait()
 		for _, sh := range d.shards {
 			sh.mu.Lock()
@@ -105,19 +117,35 @@ func (d *DirectWriter) Close() {
 			}
 			sh.mu.Unlock()
 			for _, r := range readers {
-				r.abort(errDirectClosed)
+				r.finish(errDirectClosed)
 			}
 		}
 	})
 }
 
-// Serve writes head (the response head and anything the caller had ready, written first, as
-// it is), then sub's frames to conn, until sub's terminal frame, a failed write, ctx's end or
-// Close; then it closes conn and sub. pos is the end of the text the reader has been sent: a
-// subscription that ends without a terminal (the plane shut down) gets stale from there. It
-// returns nil after a terminal frame. A conn that is not a socket (a wrapper without its file
-// descriptor) is served all the same, each frame by Serve's goroutine with blocking writes.
+// Start serves sub's frames on conn and returns at once: head first (the response head and
+// anything the caller had ready, written as it is), then the frames, until sub's terminal
+// frame, a failed write, the client's hang-up or Close. Then conn and sub close and done runs,
+// once, with nil after a terminal frame (done may run before Start returns, when the writer is
+// closed). pos is the end of the text the reader has been sent: a subscription that ends
+// without a terminal (the plane shut down) gets stale from there. A conn that is not a socket
+// (a wrapper without its file descriptor) is served all the same, by a goroutine of its own
+// with blocking writes.
+func (d *DirectWriter) Start(conn net.Conn, sub *Subscription, pos Seq, head []byte, done func(error)) {
+	d.start(conn, sub, pos, head, done)
+}
+
+// Serve is Start that waits for the reader to end (or for ctx's end, which ends it) and returns
+// what done would get.
 func (d *DirectWriter) Serve(ctx context.Context, conn net.Conn, sub *Subscription, pos Seq, head []byte) error {
+	ended := make(chan error, 1)
+	r := d.start(conn, sub, pos, head, func(err error) { ended <- err })
+	stop := context.AfterFunc(ctx, func() { r.finish(context.Cause(ctx)) })
+	defer stop()
+	return <-ended
+}
+
+func (d *DirectWriter) start(conn net.Conn, sub *Subscription, pos Seq, head []byte, done func(error)) *directReader {
 	var raw syscall.RawConn
 	if sc, ok := conn.(syscall.Conn); ok {
 		raw, _ = sc.SyscallConn()
@@ -125,87 +153,48 @@ func (d *DirectWriter) Serve(ctx context.Context, conn net.Conn, sub *Subscripti
 	// Deadlines are this writer's now: none on the fast path, WriteTimeout on each blocking write.
 	_ = conn.SetDeadline(time.Time{})
 	sh := d.shards[int(d.next.Add(1))%len(d.shards)]
-	r := &directReader{d: d, shard: sh, conn: conn, raw: raw, sub: sub, pos: pos, owner: ownerServe, rest: head}
+	// The reader starts owned by its shard's writer, which writes the head and what is queued.
+	r := &directReader{d: d, shard: sh, conn: conn, raw: raw, sub: sub, pos: pos, done: done, owner: ownerWriter, rest: head}
 	r.touch()
-	defer sub.Close()
-	defer conn.Close()
 	sh.mu.Lock()
 	sh.readers[r] = struct{}{}
 	sh.mu.Unlock()
 	d.readers.Add(1)
-	defer func() {
-		sh.mu.Lock()
-		delete(sh.readers, r)
-		sh.mu.Unlock()
-		d.readers.Add(-1)
-	}()
 	select {
 	case <-d.stop:
-		return errDirectClosed
+		r.finish(errDirectClosed)
+		return r
 	default:
 	}
+	if raw == nil || !d.hangups.watch(r) {
+		go r.readUntilGone()
+	}
 	sub.sub.setReady(r.ready)
-	stopAbort := context.AfterFunc(ctx, func() { r.abort(context.Cause(ctx)) })
-	defer stopAbort()
-	var buf []byte
+	sh.push(r)
+	return r
+}
+
+// readUntilGone waits in a read of the connection until the client goes away (or the reader
+// ends and closes it): the hang-up watch where there is no epoll to do it.
+func (r *directReader) readUntilGone() {
+	var one [1]byte
 	for {
-		// This goroutine owns the reader: it writes, blocking, until nothing is queued.
-		if done, err := r.drain(&buf); done {
-			return err
-		}
-		// The fast path's writes must not meet the last blocking write's deadline.
-		if err := conn.SetWriteDeadline(time.Time{}); err != nil {
-			return err
-		}
-		if r.release() {
-			// Back on the fast path. This goroutine waits in a read of the connection, which
-			// wakes it when the client goes away, and which a writer cuts short (a read
-			// deadline in the past) when it hands the reader back or ends it.
-			if err := r.await(); err != nil {
-				r.abort(err)
-			}
-			r.mu.Lock()
-			done, err := r.done, r.err
-			r.mu.Unlock()
-			if done {
-				return err
-			}
+		// A client says nothing after its request; anything it sends is ignored.
+		if _, err := r.conn.Read(one[:]); err != nil {
+			r.finish(fmt.Errorf("%w: %w", errClientGone, err))
+			return
 		}
 	}
 }
 
-// await blocks until the reader is handed back to Serve's goroutine or ended (nil), or the
-// client closed its side (the read's error).
-func (r *directReader) await() error {
-	var one [1]byte
-	for {
-		// The deadline is cleared before the state is read: a writer changes the state, then
-		// sets the deadline, so a hand-back after this check still cuts the read short.
-		if err := r.conn.SetReadDeadline(time.Time{}); err != nil {
-			return err
-		}
-		r.mu.Lock()
-		back := r.done || r.owner == ownerServe
-		r.mu.Unlock()
-		if back {
-			return nil
-		}
-		_, err := r.conn.Read(one[:])
-		switch {
-		case err == nil:
-			// The client sent something after its request: an SSE client has nothing to say.
-		case errors.Is(err, os.ErrDeadlineExceeded):
-		default:
-			return fmt.Errorf("producer: the client went away: %w", err)
-		}
-	}
-}
+// errClientGone ends a reader whose client closed its side.
+var errClientGone = errors.New("producer: the client went away")
 
 // Who may touch a directReader's subscription and socket: one owner at a time.
 const (
 	ownerNone   = iota // on the fast path, nothing queued: the next frame makes a writer owner
 	ownerWriter        // a writer is writing it (or will: it is on the shard's dirty list)
-	ownerServe         // Serve's goroutine is writing it, with blocking writes
+	ownerSlow          // its own goroutine is writing it, with blocking writes
 )
 
 type directReader struct {
@@ -215,14 +204,15 @@ type directReader struct {
 	raw   syscall.RawConn
 	sub   *Subscription
 	pos   Seq
+	done  func(error)
+	token uint32 // the hang-up watch's key (0: not watched there)
 
-	mu      sync.Mutex
-	owner   int
-	pending bool // a frame came while someone owned the reader: the owner goes around again
-	done    bool
-	err     error
-	rest    []byte // what the fast path could not write, for Serve's goroutine (owner only)
-	ended   bool   // rest ends with the terminal frame (owner only)
+	mu       sync.Mutex
+	owner    int
+	pending  bool // a frame came while someone owned the reader: the owner goes around again
+	finished bool
+	rest     []byte // what the last write left unwritten: the owner writes it first (owner only)
+	restEnds bool   // rest ends with the terminal frame (owner only)
 
 	lastWrite atomic.Int64 // unix nanoseconds
 }
@@ -233,7 +223,7 @@ func (r *directReader) touch() { r.lastWrite.Store(time.Now().UnixNano()) }
 // stream's and the subscriber's locks held: it only takes r.mu and the shard's list lock).
 func (r *directReader) ready() {
 	r.mu.Lock()
-	if r.done || r.owner != ownerNone {
+	if r.finished || r.owner != ownerNone {
 		r.pending = true
 		r.mu.Unlock()
 		return
@@ -248,7 +238,7 @@ func (r *directReader) ready() {
 func (r *directReader) release() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pending && !r.done {
+	if r.pending && !r.finished {
 		r.pending = false
 		return false
 	}
@@ -257,35 +247,62 @@ func (r *directReader) release() bool {
 	return true
 }
 
-// toServe hands the reader to Serve's goroutine (the socket would block).
-func (r *directReader) toServe() {
+func (r *directReader) isFinished() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.finished
+}
+
+// finish ends the reader with err (nil after its terminal frame), from whoever notices first:
+// its owner, the hang-up watch, ctx or Close. The connection closes, so an owner still writing
+// fails its next write and lets go; the subscription detaches; done runs. Idempotent.
+func (r *directReader) finish(err error) {
+	r.mu.Lock()
+	if r.finished {
+		r.mu.Unlock()
+		return
+	}
+	r.finished = true
+	r.mu.Unlock()
+	r.d.hangups.forget(r)
+	_ = r.conn.Close()
+	r.sub.Close()
+	r.shard.mu.Lock()
+	delete(r.shard.readers, r)
+	r.shard.mu.Unlock()
+	r.d.readers.Add(-1)
+	if r.done != nil {
+		r.done(err)
+	}
+}
+
+// toSlow hands the reader to a goroutine of its own, which writes with blocking writes (the
+// socket would block).
+func (r *directReader) toSlow() {
 	r.d.handoff.Add(1)
 	r.mu.Lock()
-	r.owner = ownerServe
+	r.owner = ownerSlow
 	r.mu.Unlock()
-	r.signal()
+	go r.slow()
 }
 
-// signal cuts Serve's read short, so it sees the reader handed back or ended.
-func (r *directReader) signal() {
-	_ = r.conn.SetReadDeadline(time.Unix(1, 0))
-}
-
-// end marks the reader done with err (nil after its terminal frame) and wakes Serve.
-func (r *directReader) end(err error) {
-	r.mu.Lock()
-	if !r.done {
-		r.done, r.err = true, err
+// slow is the goroutine of a reader that fell behind: it writes, blocking, until nothing is
+// queued, then hands the reader back to the fast path.
+func (r *directReader) slow() {
+	var buf []byte
+	for {
+		if r.drain(&buf) {
+			return
+		}
+		// The fast path's writes must not meet the last blocking write's deadline.
+		if err := r.conn.SetWriteDeadline(time.Time{}); err != nil {
+			r.finish(err)
+			return
+		}
+		if r.release() {
+			return
+		}
 	}
-	r.mu.Unlock()
-	r.signal()
-}
-
-// abort ends the reader from outside (ctx, Close): its connection closes, so whoever owns it
-// fails its next write.
-func (r *directReader) abort(err error) {
-	r.end(err)
-	_ = r.conn.Close()
 }
 
 // gather appends every frame ready on the subscription (up to maxSSEBatch bytes) to buf;
@@ -311,37 +328,50 @@ func (r *directReader) gather(buf []byte) (out []byte, ended bool) {
 	return buf, false
 }
 
-// drain is Serve's goroutine writing, blocking: what the fast path left, then every frame
-// ready, until none is. done reports the reader finished (err nil after its terminal frame).
-func (r *directReader) drain(buf *[]byte) (done bool, err error) {
+// next is what the owner writes next: what the last write left (rest true), else every
+// frame ready, gathered into buf. ends reports the terminal frame at its end.
+func (r *directReader) next(buf *[]byte) (b []byte, ends, rest bool) {
+	if len(r.rest) > 0 {
+		b, ends = r.rest, r.restEnds
+		r.rest, r.restEnds = nil, false
+		return b, ends, true
+	}
+	*buf, ends = r.gather((*buf)[:0])
+	return *buf, ends, false
+}
+
+// keep holds what a write left unwritten for the next turn: a copy when it is in the owner's
+// buffer, which the next gather reuses.
+func (r *directReader) keep(left []byte, ends, rest bool) {
+	if !rest {
+		left = append([]byte(nil), left...)
+	}
+	r.rest, r.restEnds = left, ends
+}
+
+// drain is the slow goroutine writing, blocking: what the fast path left, then every frame
+// ready, until none is. It reports the reader finished.
+func (r *directReader) drain(buf *[]byte) (finished bool) {
 	for {
-		r.mu.Lock()
-		done, err = r.done, r.err
-		r.mu.Unlock()
-		if done {
-			return true, err
+		if r.isFinished() {
+			return true
 		}
-		b, ended := r.rest, r.ended
-		r.rest, r.ended = nil, false
+		b, ends, _ := r.next(buf)
 		if len(b) == 0 {
-			*buf, ended = r.gather((*buf)[:0])
-			b = *buf
-		}
-		if len(b) == 0 {
-			return false, nil
+			return false
 		}
 		if err := r.conn.SetWriteDeadline(time.Now().Add(r.d.cfg.WriteTimeout)); err != nil {
-			r.end(err)
-			return true, err
+			r.finish(err)
+			return true
 		}
 		if _, err := r.conn.Write(b); err != nil {
-			r.end(err)
-			return true, err
+			r.finish(err)
+			return true
 		}
 		r.touch()
-		if ended {
-			r.end(nil)
-			return true, nil
+		if ends {
+			r.finish(nil)
+			return true
 		}
 	}
 }
@@ -380,40 +410,37 @@ func (r *directReader) tryWrite(b []byte) (n int, err error) {
 	return n, cerr
 }
 
-// writeFast is a writer's turn with a reader it owns: every frame ready, in one non-blocking
-// write, until none is ready; a socket that would block hands the rest to Serve's goroutine.
+// writeFast is a writer's turn with a reader it owns: what the last write left, then every
+// frame ready, each in one non-blocking write, until nothing is ready; a socket that would
+// block hands the rest to the reader's own goroutine.
 func (r *directReader) writeFast(buf []byte) []byte {
 	for {
-		r.mu.Lock()
-		done := r.done
-		r.mu.Unlock()
-		if done {
+		if r.isFinished() {
 			r.release()
 			return buf
 		}
-		var ended bool
-		buf, ended = r.gather(buf[:0])
-		if len(buf) == 0 {
+		b, ends, rest := r.next(&buf)
+		if len(b) == 0 {
 			if r.release() {
 				return buf
 			}
 			continue
 		}
-		n, err := r.tryWrite(buf)
+		n, err := r.tryWrite(b)
 		if n > 0 {
 			r.touch()
 		}
 		switch {
 		case err != nil:
-			r.end(err)
+			r.finish(err)
 			return buf
-		case n < len(buf):
-			r.rest, r.ended = append([]byte(nil), buf[n:]...), ended
-			r.toServe()
+		case n < len(b):
+			r.keep(b[n:], ends, rest)
+			r.toSlow()
 			return buf
-		case ended:
+		case ends:
 			r.d.fast.Add(1)
-			r.end(nil)
+			r.finish(nil)
 			return buf
 		}
 		r.d.fast.Add(1)
@@ -422,19 +449,7 @@ func (r *directReader) writeFast(buf []byte) []byte {
 
 // ping is a writer's keep-alive for an idle reader it owns.
 func (r *directReader) ping(buf []byte) []byte {
-	ping := []byte(pingComment)
-	n, err := r.tryWrite(ping)
-	switch {
-	case err != nil:
-		r.end(err)
-		return buf
-	case n < len(ping):
-		r.rest = ping[n:]
-		r.toServe()
-		return buf
-	}
-	r.touch()
-	r.d.fast.Add(1)
+	r.rest = []byte(pingComment)
 	return r.writeFast(buf)
 }
 
@@ -505,7 +520,7 @@ func (sh *directShard) keepAlive(buf []byte) []byte {
 	sh.mu.Unlock()
 	for _, r := range idle {
 		r.mu.Lock()
-		mine := !r.done && r.owner == ownerNone
+		mine := !r.finished && r.owner == ownerNone
 		if mine {
 			r.owner = ownerWriter
 		}

@@ -24,15 +24,15 @@ import (
 )
 
 // directServer serves a plane's streams through a DirectWriter, as httpapi does for an HTTP/1.x
-// reader: it reads the request, subscribes, and hands the connection to Serve with the
-// response head. wrap, if set, wraps each accepted connection. served receives each Serve's
-// result.
+// reader: it reads the request, subscribes, and hands the connection to Start with the
+// response head; the goroutine that accepted it ends there. wrap, if set, wraps each accepted
+// connection. served receives each reader's result (its done).
 func directServer(t *testing.T, plane *producer.Plane, d *producer.DirectWriter, wrap func(net.Conn) net.Conn) (url string, served chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ln.Close() })
-	served = make(chan error, 64)
+	served = make(chan error, 1024)
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -55,7 +55,7 @@ func directServer(t *testing.T, plane *producer.Plane, d *producer.DirectWriter,
 					conn = wrap(conn)
 				}
 				head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-				served <- d.Serve(context.Background(), conn, sub, from, []byte(head))
+				d.Start(conn, sub, from, []byte(head), func(err error) { served <- err })
 			}()
 		}
 	}()
@@ -365,4 +365,120 @@ func replayQuiet(frames []producer.Frame) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// directGoroutines counts the goroutines that serve direct readers: the reader's own (a slow
+// reader's blocking writes, or a read waiting for the hang-up) and Serve's callers.
+func directGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "producer.(*directReader)") || strings.Contains(g, "producer.(*DirectWriter).Serve") {
+			count++
+		}
+	}
+	return count
+}
+
+// Readers waiting for frames hold no goroutine each (on Linux the hang-up watch is one epoll
+// set for all of them): with 200 readers attached and idle, no goroutine serves any one of
+// them, and frames still reach every reader from the writers. Not parallel: it counts the
+// process's goroutines.
+func TestDirectWriterHoldsNoGoroutinePerWaitingReader(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the hang-up watch without a goroutine per reader is Linux's epoll")
+	}
+	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 1 << 30 })
+	s := w.open(t, "m")
+	d := newDirect(t, producer.DirectConfig{Writers: 2})
+	url, _ := directServer(t, w.plane, d, nil)
+	const readers = 200
+	conns := make([]*bufio.Reader, readers)
+	for i := range readers {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = c.Write([]byte("GET /?id=m HTTP/1.1\r\nHost: x\r\n\r\n"))
+		require.NoError(t, err)
+		conns[i] = bufio.NewReader(c)
+	}
+	require.Eventually(t, func() bool { return d.Stats().Readers == readers }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return directGoroutines() == 0 }, 10*time.Second, 5*time.Millisecond,
+		"no goroutine per waiting reader (%d found)", directGoroutines())
+	require.NoError(t, s.Push("hello"))
+	for i, r := range conns {
+		resp, err := http.ReadResponse(r, nil) //nolint:bodyclose // the body is the event stream, read from r; the connection closes in cleanup
+		require.NoError(t, err, "reader %d", i)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var got []producer.Frame
+		for len(got) < 2 {
+			f, err := streamtest.ReadFrame(r)
+			require.NoError(t, err, "reader %d", i)
+			got = append(got, f)
+		}
+		require.Equal(t, producer.FrameOpen, got[0].Type)
+		require.Equal(t, "hello", got[1].Text, "reader %d", i)
+	}
+}
+
+// A client that goes away while nothing is pushed is let go at once: its reader ends with the
+// client's hang-up and its subscription detaches, with no write to fail. Many come and go; the
+// writer keeps none of them.
+func TestDirectWriterLetsGoOfAClientThatHangsUpWhileIdle(t *testing.T) {
+	t.Parallel()
+	var subscribers atomic.Int64
+	w := newWorld(t, func(c *producer.Config) {
+		c.OnSubscriberFunc = func(d int, _ bool) { subscribers.Add(int64(d)) }
+	})
+	w.open(t, "m")
+	d := newDirect(t, producer.DirectConfig{Writers: 1})
+	url, served := directServer(t, w.plane, d, nil)
+	for range 50 {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		require.NoError(t, err)
+		_, err = c.Write([]byte("GET /?id=m HTTP/1.1\r\nHost: x\r\n\r\n"))
+		require.NoError(t, err)
+		r := bufio.NewReader(c)
+		_, err = http.ReadResponse(r, nil) //nolint:bodyclose // the body is the event stream, read from r; the connection closes below
+		require.NoError(t, err)
+		f, err := streamtest.ReadFrame(r)
+		require.NoError(t, err)
+		require.Equal(t, producer.FrameOpen, f.Type)
+		require.NoError(t, c.Close())
+		err = <-served
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "the client went away")
+	}
+	require.Zero(t, d.Stats().Readers)
+	require.Eventually(t, func() bool { return subscribers.Load() == 0 }, 10*time.Second, time.Millisecond, "every subscription detached")
+}
+
+// Serve is Start that waits: it returns when ctx ends, having closed the connection.
+func TestDirectWriterServeEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.open(t, "m")
+	d := newDirect(t, producer.DirectConfig{Writers: 1})
+	server, client := net.Pipe()
+	defer client.Close()
+	ctx, cancel := context.WithCancelCause(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(ctx, server, w.subscribe(t, "m", 0), 0, nil) }()
+	r := bufio.NewReader(client)
+	f, err := streamtest.ReadFrame(r)
+	require.NoError(t, err)
+	require.Equal(t, producer.FrameOpen, f.Type)
+	stop := errors.New("stop")
+	cancel(stop)
+	require.ErrorIs(t, <-served, stop)
+	_, err = io.ReadAll(r)
+	require.NoError(t, err, "the connection closed")
 }
