@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,13 +136,7 @@ func TestReaderConfigRefusals(t *testing.T) {
 
 func TestReaderRefusesWithoutLogicalWAL(t *testing.T) {
 	t.Parallel()
-	base, err := os.MkdirTemp("", "rindle-replica-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	c, err := pgcluster.Start(t.Context(), pgcluster.Config{Dir: filepath.Join(base, "pg"), Ephemeral: true, Settings: map[string]string{"wal_level": "replica"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	c := pgtest.PrivateCluster(t, pgcluster.Config{Settings: map[string]string{"wal_level": "replica"}})
 	r, err := cdc.New(cdc.Config{ConnString: c.URL, Publisher: ordered()})
 	require.NoError(t, err)
 	err = r.Start(t.Context())
@@ -229,14 +221,8 @@ func TestASecondReaderOnTheSlotWaitsAndTakesOver(t *testing.T) {
 // connection, with no reconnect.
 func TestAQuietConnectionIsNotTakenForDead(t *testing.T) {
 	t.Parallel()
-	base, err := os.MkdirTemp("", "rindle-quiet-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(base) })
 	ctx := t.Context()
-	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(base, "pg"), Ephemeral: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	c := pgtest.PrivateCluster(t, pgcluster.Config{})
 	conn, err := pgx.Connect(ctx, c.URL)
 	require.NoError(t, err)
 	_, err = migrations.Migrate(ctx, conn)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rindle-sh/rindle-go/httpapi"
 	"github.com/rindle-sh/rindle-go/internal/pgcluster"
+	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -64,13 +64,7 @@ func TestChaosProtocolPostgresCrash(t *testing.T) {
 		t.Skip("runs rindled on a private cluster that it crashes")
 	}
 	ctx := t.Context()
-	base, err := os.MkdirTemp("", "rindle-crash-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755)) // a root run hands the cluster to postgres
-	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(base, "pg"), Durable: true, Ephemeral: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	c := pgtest.PrivateCluster(t, pgcluster.Config{Durable: true})
 	prod, err := httpapi.NewToken([]byte(testSecret), "svc", httpapi.ProducerScope, time.Hour)
 	require.NoError(t, err)
 	in := spawn(t, "ds-crash", buildRindled(t), []string{"-addr", "127.0.0.1:0", "-host-id", "ds-crash", "-demo", "false", "-connect-timeout", "2s"},

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -273,4 +274,28 @@ func (db *DB) DurableText(tb testing.TB, id string) (text, status string) {
 		tb.Fatalf("pgtest: durable text of %s: %v", id, err)
 	}
 	return text, status
+}
+
+// PrivateCluster starts a cluster of the test's own (for tests that crash it, restart it or
+// need settings the shared one cannot have), with cfg's settings, in a directory the postgres
+// user can reach when the test runs as root, and stops and removes it when the test ends.
+// cfg.Dir is set here, and the cluster is Ephemeral.
+func PrivateCluster(tb testing.TB, cfg pgcluster.Config) *pgcluster.Cluster {
+	tb.Helper()
+	base, err := os.MkdirTemp("", "rindle-private-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(base) })
+	// As root the cluster runs as postgres, which must be able to search the directory.
+	if err := os.Chmod(base, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Dir, cfg.Ephemeral = filepath.Join(base, "pg"), true
+	c, err := pgcluster.Start(tb.Context(), cfg)
+	if err != nil {
+		tb.Fatalf("pgtest: start a private cluster: %v", err)
+	}
+	tb.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
 }
