@@ -382,32 +382,7 @@ func (r *directReader) tryWrite(b []byte) (n int, err error) {
 	if r.raw == nil {
 		return 0, nil
 	}
-	var werr error
-	cerr := r.raw.Write(func(fd uintptr) bool {
-		for len(b) > 0 {
-			m, e := syscall.Write(int(fd), b)
-			if m > 0 {
-				n += m
-				b = b[m:]
-			}
-			switch {
-			case errors.Is(e, syscall.EINTR):
-				continue
-			case errors.Is(e, syscall.EAGAIN):
-				return true
-			case e != nil:
-				werr = e
-				return true
-			case m <= 0:
-				return true
-			}
-		}
-		return true
-	})
-	if werr != nil {
-		return n, werr
-	}
-	return n, cerr
+	return writeNonblocking(r.raw, b)
 }
 
 // writeFast is a writer's turn with a reader it owns: what the last write left, then every
