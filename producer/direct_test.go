@@ -482,3 +482,92 @@ func TestDirectWriterServeEndsWithItsContext(t *testing.T) {
 	_, err = io.ReadAll(r)
 	require.NoError(t, err, "the connection closed")
 }
+
+// Property: readers that hang up at a random frame (some mid-write, some behind a socket that
+// would block) are let go, each exactly once, while the others still get exactly the pushed
+// text, in order; afterwards the writer serves nobody and every subscription has detached.
+// Seeded, so a failure replays.
+func TestDirectWriterRandomHangUps(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			var subscribers atomic.Int64
+			w := newWorld(t, func(c *producer.Config) {
+				c.MaxQueuedFrames = 1 << 16
+				c.CheckpointChars = 1 << 30
+				c.OnSubscriberFunc = func(d int, _ bool) { subscribers.Add(int64(d)) }
+			})
+			s := w.open(t, "m")
+			d := newDirect(t, producer.DirectConfig{Writers: 1 + rng.IntN(3)})
+			url, served := directServer(t, w.plane, d, nil)
+			readers := 4 + rng.IntN(8)
+			leaveAt := make([]int, readers) // frames read before hanging up; -1 stays to the end
+			for i := range leaveAt {
+				leaveAt[i] = -1
+				if rng.IntN(2) == 0 {
+					leaveAt[i] = rng.IntN(40)
+				}
+			}
+			var wg sync.WaitGroup
+			texts := make([]string, readers)
+			errs := make([]error, readers)
+			for i := range readers {
+				c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+				require.NoError(t, err)
+				_, err = c.Write([]byte("GET /?id=m HTTP/1.1\r\nHost: x\r\n\r\n"))
+				require.NoError(t, err)
+				wg.Go(func() {
+					defer c.Close()
+					r := bufio.NewReader(c)
+					if _, err := http.ReadResponse(r, nil); err != nil { //nolint:bodyclose // the body is the event stream, read from r
+						errs[i] = err
+						return
+					}
+					var frames []producer.Frame
+					for n := 0; ; n++ {
+						if n == leaveAt[i] {
+							return // hangs up: the deferred Close
+						}
+						f, err := streamtest.ReadFrame(r)
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						frames = append(frames, f)
+						if f.Terminal() {
+							if f.Type != producer.FrameEnd {
+								errs[i] = errors.New("ended with " + string(f.Type))
+								return
+							}
+							break
+						}
+					}
+					texts[i], errs[i] = replayQuiet(frames)
+				})
+			}
+			require.Eventually(t, func() bool { return d.Stats().Readers+int64(len(served)) == int64(readers) }, 10*time.Second, time.Millisecond)
+			var want strings.Builder
+			for range 100 + rng.IntN(200) {
+				piece := strings.Repeat(string(rune('a'+rng.IntN(26))), 1+rng.IntN(3000))
+				want.WriteString(piece)
+				require.NoError(t, s.Push(piece))
+			}
+			require.NoError(t, s.Close(t.Context()))
+			wg.Wait()
+			for i := range readers {
+				if leaveAt[i] >= 0 {
+					continue
+				}
+				require.NoError(t, errs[i], "reader %d", i)
+				require.Equal(t, want.String(), texts[i], "reader %d", i)
+			}
+			for range readers {
+				<-served // each reader's done, once (a second would block the writer's goroutine here: the channel is read exactly readers times)
+			}
+			require.Eventually(t, func() bool { return d.Stats().Readers == 0 && subscribers.Load() == 0 }, 10*time.Second, time.Millisecond)
+			require.Empty(t, served, "no reader ended twice")
+		})
+	}
+}
