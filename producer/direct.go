@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -45,7 +44,6 @@ type DirectConfig struct {
 type DirectWriter struct {
 	cfg     DirectConfig
 	readers atomic.Int64
-	fast    atomic.Uint64
 	handoff atomic.Uint64
 	shards  []*directShard
 	next    atomic.Uint32
@@ -100,7 +98,11 @@ type DirectStats struct {
 
 // Stats returns the counts so far.
 func (d *DirectWriter) Stats() DirectStats {
-	return DirectStats{Readers: d.readers.Load(), FastWrites: d.fast.Load(), Handoffs: d.handoff.Load()}
+	var fast uint64
+	for _, sh := range d.shards {
+		fast += sh.fast.Load()
+	}
+	return DirectStats{Readers: d.readers.Load(), FastWrites: fast, Handoffs: d.handoff.Load()}
 }
 
 // Close ends every reader (its connection closes; its done runs) and stops the writers.
@@ -310,18 +312,18 @@ func (r *directReader) slow() {
 // one gets stale from the reader's position.
 func (r *directReader) gather(buf []byte) (out []byte, ended bool) {
 	for len(buf) < maxSSEBatch {
-		f, enc, err := r.sub.NextEncoded(ready)
-		if errors.Is(err, io.EOF) {
-			return AppendSSE(buf, Frame{Type: FrameStale, FloorSeq: r.pos}), true
-		}
-		if err != nil {
+		q, end := r.sub.sub.poll()
+		if q == nil {
+			if end {
+				return AppendSSE(buf, Frame{Type: FrameStale, FloorSeq: r.pos}), true
+			}
 			return buf, false // nothing more is ready
 		}
-		if f.Type == FrameChunk {
-			r.pos = f.Seq
+		if q.f.Type == FrameChunk {
+			r.pos = q.f.Seq
 		}
-		buf = appendEncoded(buf, f, enc)
-		if f.Terminal() {
+		buf = appendEncoded(buf, q.f, q.sse)
+		if q.f.Terminal() {
 			return buf, true
 		}
 	}
@@ -403,7 +405,7 @@ func (r *directReader) writeFast(buf []byte) []byte {
 		}
 		n, err := r.tryWrite(b)
 		if n > 0 {
-			r.touch()
+			r.lastWrite.Store(r.shard.now) // the writer's clock, read once per turn: keep-alives need no finer
 		}
 		switch {
 		case err != nil:
@@ -414,11 +416,11 @@ func (r *directReader) writeFast(buf []byte) []byte {
 			r.toSlow()
 			return buf
 		case ends:
-			r.d.fast.Add(1)
+			r.shard.fast.Add(1)
 			r.finish(nil)
 			return buf
 		}
-		r.d.fast.Add(1)
+		r.shard.fast.Add(1)
 	}
 }
 
@@ -433,6 +435,8 @@ const pingComment = ": ping\n\n"
 // directShard is one writer goroutine and its readers.
 type directShard struct {
 	d       *DirectWriter
+	now     int64         // unix nanoseconds at the start of the writer's turn (the writer's own)
+	fast    atomic.Uint64 // per writer, so writers do not share a counter's cache line
 	mu      sync.Mutex
 	dirty   []*directReader
 	spare   []*directReader
@@ -459,12 +463,17 @@ func (sh *directShard) run() {
 	defer tick.Stop()
 	var buf []byte
 	for {
+		keepAlive := false
 		select {
 		case <-sh.d.stop:
 			return
 		case <-tick.C:
-			buf = sh.keepAlive(buf)
+			keepAlive = true
 		case <-sh.wake:
+		}
+		sh.now = time.Now().UnixNano()
+		if keepAlive {
+			buf = sh.keepAlive(buf)
 		}
 		sh.mu.Lock()
 		batch := sh.dirty

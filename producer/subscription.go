@@ -24,8 +24,9 @@ type subscriber struct {
 	notify chan struct{} // one token: "the queue changed"
 	detach func(*subscriber)
 	idx    int // position in the owning LiveStream's subs slice
-	// ready, if set, is called with each token (under mu, and the stream's lock when the
-	// producer queues): a DirectWriter's hook, in place of a goroutine waiting on notify.
+	// ready, if set, is called in place of each token (under mu, and the stream's lock when the
+	// producer queues): a DirectWriter's hook, which polls instead of a goroutine waiting on
+	// notify.
 	ready func()
 }
 
@@ -41,12 +42,14 @@ func newSubscriber(capacity int, detach func(*subscriber)) *subscriber {
 }
 
 func (s *subscriber) wake() {
+	if s.ready != nil {
+		// A DirectWriter's reader: its owner polls; nobody waits on notify.
+		s.ready()
+		return
+	}
 	select {
 	case s.notify <- struct{}{}:
 	default:
-	}
-	if s.ready != nil {
-		s.ready()
 	}
 }
 
