@@ -183,7 +183,7 @@ func (r *directReader) readUntilGone() {
 	for {
 		// A client says nothing after its request; anything it sends is ignored.
 		if _, err := r.conn.Read(one[:]); err != nil {
-			r.finish(fmt.Errorf("%w: %w", errClientGone, err))
+			r.hangUp(fmt.Errorf("%w: %w", errClientGone, err))
 			return
 		}
 	}
@@ -213,6 +213,7 @@ type directReader struct {
 	owner    int
 	pending  bool // a frame came while someone owned the reader: the owner goes around again
 	finished bool
+	gone     error  // the client hung up while someone owned the reader: the owner ends it
 	rest     []byte // what the last write left unwritten: the owner writes it first (owner only)
 	restEnds bool   // rest ends with the terminal frame (owner only)
 
@@ -236,23 +237,52 @@ func (r *directReader) ready() {
 }
 
 // release gives up ownership, unless a frame came meanwhile (then the owner goes around
-// again and release reports false).
+// again and release reports false). A reader whose client hung up meanwhile ends here.
 func (r *directReader) release() bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pending && !r.finished {
+	if r.pending && !r.finished && r.gone == nil {
 		r.pending = false
+		r.mu.Unlock()
 		return false
 	}
 	r.pending = false
 	r.owner = ownerNone
+	gone := r.gone
+	r.mu.Unlock()
+	if gone != nil {
+		r.finish(gone)
+	}
 	return true
 }
 
+// isFinished reports the reader ended, or its client gone (which ends it here, from its owner).
 func (r *directReader) isFinished() bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.finished
+	finished, gone := r.finished, r.gone
+	r.mu.Unlock()
+	if !finished && gone != nil {
+		r.finish(gone)
+		return true
+	}
+	return finished
+}
+
+// hangUp is the client's hang-up, seen by the watch. An owned reader is ended by its owner,
+// at its next turn: an owner that has just written the terminal frame (which the client may
+// read and then hang up) ends it with nil, as it should, not with the hang-up.
+func (r *directReader) hangUp(err error) {
+	r.mu.Lock()
+	if r.finished {
+		r.mu.Unlock()
+		return
+	}
+	if r.owner != ownerNone {
+		r.gone = err
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.finish(err)
 }
 
 // finish ends the reader with err (nil after its terminal frame), from whoever notices first:

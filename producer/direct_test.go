@@ -578,3 +578,44 @@ func TestDirectWriterRandomHangUps(t *testing.T) {
 		})
 	}
 }
+
+// A client that reads its end frame and hangs up at once has had everything: its reader ends
+// with nil, never with the hang-up the watch may see before the writer finishes the reader.
+func TestDirectWriterAnEndReadThenAHangUpIsAnEnd(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 1 << 30 })
+	d := newDirect(t, producer.DirectConfig{Writers: 2})
+	url, served := directServer(t, w.plane, d, nil)
+	for round := range 20 {
+		id := fmt.Sprintf("m%d", round)
+		s := w.open(t, id)
+		const readers = 20
+		var wg sync.WaitGroup
+		for range readers {
+			c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+			require.NoError(t, err)
+			_, err = c.Write([]byte("GET /?id=" + id + " HTTP/1.1\r\nHost: x\r\n\r\n"))
+			require.NoError(t, err)
+			wg.Go(func() {
+				defer c.Close() // at once after the end frame
+				r := bufio.NewReader(c)
+				if _, err := http.ReadResponse(r, nil); err != nil { //nolint:bodyclose // the body is the event stream, read from r
+					return
+				}
+				for {
+					f, err := streamtest.ReadFrame(r)
+					if err != nil || f.Terminal() {
+						return
+					}
+				}
+			})
+		}
+		require.Eventually(t, func() bool { return d.Stats().Readers == readers }, 10*time.Second, time.Millisecond)
+		require.NoError(t, s.Push("x"))
+		require.NoError(t, s.Close(t.Context()))
+		wg.Wait()
+		for i := range readers {
+			require.NoError(t, <-served, "round %d, reader %d: it read its end frame", round, i)
+		}
+	}
+}

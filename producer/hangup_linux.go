@@ -89,7 +89,12 @@ func (h *hangups) forget(r *directReader) {
 	}
 	if h.readers[r.token] == r {
 		delete(h.readers, r.token)
+		h.del(r)
 	}
+}
+
+// del takes r's socket out of the set (h.mu held).
+func (h *hangups) del(r *directReader) {
 	_ = r.raw.Control(func(fd uintptr) {
 		_ = syscall.EpollCtl(h.epfd, syscall.EPOLL_CTL_DEL, int(fd), nil)
 	})
@@ -116,13 +121,16 @@ func (h *hangups) run() {
 				return
 			}
 			if r, ok := h.readers[token]; ok {
+				// Out of the set now: the watch is level-triggered, and an owned reader ends
+				// only at its owner's next turn.
 				delete(h.readers, token)
+				h.del(r)
 				gone = append(gone, r)
 			}
 		}
 		h.mu.Unlock()
 		for _, r := range gone {
-			r.finish(fmt.Errorf("%w (hang-up seen)", errClientGone))
+			r.hangUp(fmt.Errorf("%w (hang-up seen)", errClientGone))
 		}
 	}
 }
@@ -135,10 +143,15 @@ func (h *hangups) stopWatching() {
 	h.closeFDs()
 }
 
-// close stops run (which closes the descriptors).
+// close stops run (which closes the descriptors). A set already stopped is left alone: its
+// pipe's descriptor numbers may belong to other files by now.
 func (h *hangups) close() {
 	if h == nil {
 		return
 	}
-	_, _ = syscall.Write(h.wake[1], []byte{1})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.readers != nil {
+		_, _ = syscall.Write(h.wake[1], []byte{1})
+	}
 }
