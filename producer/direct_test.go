@@ -289,36 +289,13 @@ func TestDirectWriterRandomSchedules(t *testing.T) {
 				pauseEvery := 1 + rng.IntN(50)
 				wg.Go(func() {
 					defer resp.Body.Close()
-					r := bufio.NewReader(resp.Body)
-					var frames []producer.Frame
-					for n := 0; ; n++ {
+					texts[i], errs[i] = readText(bufio.NewReader(resp.Body), func(n int) bool {
 						if n%pauseEvery == 0 {
 							// A pause: the reader takes nothing until the pusher moved on.
 							runtimeYield(pauseEvery)
 						}
-						ev, err := streamtest.ReadSSE(r)
-						if err != nil {
-							errs[i] = err
-							return
-						}
-						if ev.Comment != "" {
-							continue
-						}
-						var f producer.Frame
-						if err := json.Unmarshal([]byte(ev.Data), &f); err != nil {
-							errs[i] = err
-							return
-						}
-						frames = append(frames, f)
-						if f.Terminal() {
-							if f.Type != producer.FrameEnd {
-								errs[i] = errors.New("ended with " + string(f.Type))
-								return
-							}
-							break
-						}
-					}
-					texts[i], errs[i] = replayQuiet(frames)
+						return true
+					})
 				})
 			}
 			require.Eventually(t, func() bool { return d.Stats().Readers == int64(readers) }, 10*time.Second, time.Millisecond)
@@ -344,6 +321,29 @@ func TestDirectWriterRandomSchedules(t *testing.T) {
 func runtimeYield(n int) {
 	for range n {
 		runtime.Gosched()
+	}
+}
+
+// readText reads frames from r up to the end frame and returns the text they carry (for reader
+// goroutines: no testing.TB). before(n) runs before frame n is read; false stops the reading
+// there, with the text so far and no error. A terminal frame other than end is an error.
+func readText(r *bufio.Reader, before func(n int) bool) (string, error) {
+	var frames []producer.Frame
+	for n := 0; ; n++ {
+		if !before(n) {
+			return replayQuiet(frames)
+		}
+		f, err := streamtest.ReadFrame(r)
+		if err != nil {
+			return "", err
+		}
+		frames = append(frames, f)
+		if f.Terminal() {
+			if f.Type != producer.FrameEnd {
+				return "", errors.New("ended with " + string(f.Type))
+			}
+			return replayQuiet(frames)
+		}
 	}
 }
 
@@ -525,26 +525,8 @@ func TestDirectWriterRandomHangUps(t *testing.T) {
 						errs[i] = err
 						return
 					}
-					var frames []producer.Frame
-					for n := 0; ; n++ {
-						if n == leaveAt[i] {
-							return // hangs up: the deferred Close
-						}
-						f, err := streamtest.ReadFrame(r)
-						if err != nil {
-							errs[i] = err
-							return
-						}
-						frames = append(frames, f)
-						if f.Terminal() {
-							if f.Type != producer.FrameEnd {
-								errs[i] = errors.New("ended with " + string(f.Type))
-								return
-							}
-							break
-						}
-					}
-					texts[i], errs[i] = replayQuiet(frames)
+					// Hangs up (the deferred Close) before frame leaveAt[i].
+					texts[i], errs[i] = readText(r, func(n int) bool { return n != leaveAt[i] })
 				})
 			}
 			require.Eventually(t, func() bool { return d.Stats().Readers+int64(len(served)) == int64(readers) }, 10*time.Second, time.Millisecond)
