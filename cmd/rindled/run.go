@@ -64,6 +64,9 @@ Usage:
   rindled migrate [flags]    apply the schema migrations and exit
   rindled token [flags] -sub SUBJECT [-scope producer] [-tenant T] [-stream ID] [-ttl 24h]
                              print a development bearer token
+  rindled edge-auth [flags]  answer an HTTP cache's per-request authorization (nginx
+                             auth_request) for the protocol's reads: README, "Readers
+                             behind a cache"
   rindled health [flags] [-url URL]
                              exit 0 if the server at -addr is ready, or URL answers 2xx
                              (for container health checks)
@@ -77,9 +80,10 @@ Every flag also reads an environment variable (shown in brackets).
 // commandFlags names the settings each command reads; a command is offered (and -h lists) only
 // its own. serve reads them all.
 var commandFlags = map[string][]string{ //nolint:gochecknoglobals // a fixed table
-	"rindled migrate": {"database-url", "data", "connect-timeout", "log-format", "log-level"},
-	"rindled token":   {"database-url", "data", "jwt-secret", "jwt-secret-file"},
-	"rindled health":  {"addr"},
+	"rindled migrate":   {"database-url", "data", "connect-timeout", "log-format", "log-level"},
+	"rindled token":     {"database-url", "data", "jwt-secret", "jwt-secret-file"},
+	"rindled health":    {"addr"},
+	"rindled edge-auth": {"addr", "data", "database-url", "jwt-secret", "jwt-secret-file", "issuers", "log-format", "log-level"},
 }
 
 func parse(name string, args []string, getenv func(string) string, stderr io.Writer, extra func(*flag.FlagSet)) (*settings, error) {
@@ -270,6 +274,12 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		fmt.Fprintln(stdout, tok)
 		return nil
+	case "edge-auth":
+		s, err := parse("rindled edge-auth", args, getenv, stderr, nil)
+		if err != nil {
+			return err
+		}
+		return serveEdgeAuth(ctx, s, stdout)
 	case "health":
 		var probe string
 		s, err := parse("rindled health", args, getenv, stderr, func(fs *flag.FlagSet) {

@@ -234,9 +234,10 @@ func TestEnvironmentValuesAreParsedOrRefused(t *testing.T) {
 func TestEachCommandOffersItsOwnFlags(t *testing.T) {
 	t.Parallel()
 	for cmd, want := range map[string][]string{
-		"migrate": {"-database-url", "-data", "-connect-timeout"},
-		"token":   {"-sub", "-scope", "-ttl", "-jwt-secret", "-jwt-secret-file", "-data"},
-		"health":  {"-addr", "-url"},
+		"migrate":   {"-database-url", "-data", "-connect-timeout"},
+		"token":     {"-sub", "-scope", "-ttl", "-jwt-secret", "-jwt-secret-file", "-data"},
+		"health":    {"-addr", "-url"},
+		"edge-auth": {"-addr", "-jwt-secret", "-jwt-secret-file", "-issuers"},
 	} {
 		var out bytes.Buffer
 		require.NoError(t, run(t.Context(), []string{cmd, "-h"}, envOf(nil), io.Discard, &out), cmd)

@@ -71,6 +71,30 @@ func serve(ctx context.Context, s *settings, stdout io.Writer) error {
 	return nil
 }
 
+// issuers are the identity providers whose tokens are taken: the HS256 secret's, then the
+// issuers file's.
+func issuers(s *settings) ([]byte, []auth.Issuer, error) {
+	secret, err := jwtSecret(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	all := []auth.Issuer{auth.LocalIssuer(secret)}
+	if s.issuersFile != "" {
+		more, err := auth.ReadIssuersFile(s.issuersFile, s.getenv)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := auth.Check(more); err != nil {
+			return nil, nil, fmt.Errorf("the issuers file %s: %w", s.issuersFile, err)
+		}
+		all = append(all, more...)
+	}
+	if err := auth.Check(all); err != nil {
+		return nil, nil, fmt.Errorf("the issuers file %s beside the HS256 secret: %w", s.issuersFile, err)
+	}
+	return secret, all, nil
+}
+
 func (in *server) serve(ctx context.Context) error {
 	s := in.s
 	if in.hostID == "" {
@@ -78,22 +102,8 @@ func (in *server) serve(ctx context.Context) error {
 		in.hostID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:8])
 	}
 	var err error
-	if in.secret, err = jwtSecret(s); err != nil {
+	if in.secret, in.issuers, err = issuers(s); err != nil {
 		return err
-	}
-	in.issuers = []auth.Issuer{auth.LocalIssuer(in.secret)}
-	if s.issuersFile != "" {
-		more, err := auth.ReadIssuersFile(s.issuersFile, s.getenv)
-		if err != nil {
-			return err
-		}
-		if err := auth.Check(more); err != nil {
-			return fmt.Errorf("the issuers file %s: %w", s.issuersFile, err)
-		}
-		in.issuers = append(in.issuers, more...)
-	}
-	if err := auth.Check(in.issuers); err != nil {
-		return fmt.Errorf("the issuers file %s beside the HS256 secret: %w", s.issuersFile, err)
 	}
 	for _, step := range []func(context.Context) error{
 		in.openDatabase,

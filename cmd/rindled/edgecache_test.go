@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rindle-sh/rindle-go/auth"
+	"github.com/rindle-sh/rindle-go/internal/edgetest"
+	"github.com/rindle-sh/rindle-go/internal/pgtest"
+)
+
+// startEdge runs `rindled edge-auth` and nginx (deploy/nginx-edge.conf.tmpl) in front of the
+// rindled at origin. Without nginx the test skips, unless RINDLE_REQUIRE_NGINX is set (as
+// .ci/run sets it), where it fails.
+func startEdge(t *testing.T, origin *started) *edgetest.Edge {
+	t.Helper()
+	if _, err := edgetest.Binary(); err != nil {
+		if os.Getenv("RINDLE_REQUIRE_NGINX") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	logs, logw := io.Pipe()
+	over := make(chan error, 1)
+	go func() {
+		over <- run(ctx, []string{"edge-auth", "-addr", "127.0.0.1:0"}, origin.env, logw, io.Discard)
+		_ = logw.Close()
+	}()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-over)
+	})
+	var authURL string
+	lines := bufio.NewScanner(logs)
+	for lines.Scan() {
+		if m := listening.FindStringSubmatch(lines.Text()); m != nil {
+			authURL = m[1]
+			break
+		}
+	}
+	require.NotEmpty(t, authURL, "edge-auth never said where it listens")
+	go func() { _, _ = io.Copy(io.Discard, logs) }()
+	e, err := edgetest.Start(edgetest.Config{Dir: t.TempDir(), Origin: strings.TrimPrefix(origin.base, "http://"),
+		EdgeAuth: strings.TrimPrefix(authURL, "http://")})
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	return e
+}
+
+// edgeToken signs a token in tenant for sub; n makes each reader's token its own.
+func edgeToken(t *testing.T, tenant, sub, scope, stream string, n int) string {
+	t.Helper()
+	tok, err := auth.Sign([]byte(testSecret), auth.TokenClaims{Tenant: tenant, Scope: scope, Stream: stream,
+		RegisteredClaims: jwt.RegisteredClaims{Subject: sub, ID: fmt.Sprint(n)}}, time.Hour)
+	require.NoError(t, err)
+	return tok
+}
+
+func edgeDo(t *testing.T, method, url, tok, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if body != "" || method == http.MethodPut {
+		req.Header.Set("Content-Type", "text/plain")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// edgeReader reads a stream through the edge as a Durable Streams client does: a catch-up read
+// from the start, then long-polls at each Stream-Next-Offset, echoing the cursor, until it holds
+// want's length. It returns what it read.
+func edgeReader(client *http.Client, url, tok string, want int) (string, int, error) {
+	var got strings.Builder
+	offset, cursor, polls := "-1", "", 0
+	for got.Len() < want {
+		q := "?offset=" + offset
+		if offset != "-1" {
+			q += "&live=long-poll"
+			polls++
+			if cursor != "" {
+				q += "&cursor=" + cursor
+			}
+		}
+		req, err := http.NewRequest(http.MethodGet, url+q, nil)
+		if err != nil {
+			return got.String(), polls, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			return got.String(), polls, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return got.String(), polls, err
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+			got.Write(b)
+		case http.StatusNoContent:
+		default:
+			return got.String(), polls, fmt.Errorf("GET %s: %d %s", q, resp.StatusCode, b)
+		}
+		next := resp.Header.Get("Stream-Next-Offset")
+		if next == "" {
+			return got.String(), polls, errors.New("no Stream-Next-Offset")
+		}
+		offset, cursor = next, resp.Header.Get("Stream-Cursor")
+	}
+	return got.String(), polls, nil
+}
+
+// TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart: nginx in front of rindled, with
+// edge-auth checking every request. Readers of one path in two tenants long-poll through it while
+// each tenant's producer appends; every reader gets exactly its own tenant's text, and the
+// readers waiting at one offset reach the origin together as a few requests, not one each. A
+// request without a token is refused at the edge without reaching the origin; a subject that does
+// not own the stream, and a token narrowed to another stream, are refused by the origin even at
+// an offset the cache holds for the owner; a stream deleted and created again is read afresh from
+// the start.
+func TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart(t *testing.T) {
+	origin := startRindled(t, pgtest.NewDB(t))
+	edge := startEdge(t, origin)
+	const path, appends = "/v1/stream/room/1", 12
+	readersOf := map[string]int{"a": 60, "b": 20}
+	url := edge.URL + path
+	producers := map[string]string{}
+	for tenant := range readersOf {
+		producers[tenant] = edgeToken(t, tenant, "app", "producer", "", 0)
+		status, _, body := edgeDo(t, http.MethodPut, url, producers[tenant], "")
+		require.Equal(t, http.StatusCreated, status, body)
+	}
+	part := func(tenant string, k int) string { return fmt.Sprintf("<%s:%02d>", tenant, k) }
+	want := func(tenant string) string {
+		var b strings.Builder
+		for k := range appends {
+			b.WriteString(part(tenant, k))
+		}
+		return b.String()
+	}
+
+	// The readers, each its own token and connection, all the stream owner's subject.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
+	type result struct {
+		tenant, text string
+		polls        int
+		err          error
+	}
+	results := make(chan result, 100)
+	var progress sync.Map // tenant → *[]int: how many appends each reader holds
+	var readers sync.WaitGroup
+	for tenant, n := range readersOf {
+		for i := range n {
+			tok := edgeToken(t, tenant, "app", "", "", i+1)
+			readers.Go(func() {
+				text, polls, err := edgeReader(client, url, tok, len(want(tenant)))
+				results <- result{tenant, text, polls, err}
+			})
+		}
+		progress.Store(tenant, nil)
+	}
+	// Each tenant's producer appends while the readers read (whether a reader is waiting at an
+	// append's offset or arrives after it only moves requests between the lock and the cache).
+	for k := range appends {
+		for tenant := range readersOf {
+			status, _, body := edgeDo(t, http.MethodPost, url, producers[tenant], part(tenant, k))
+			require.Equal(t, http.StatusNoContent, status, body)
+		}
+	}
+	readers.Wait()
+	close(results)
+	for r := range results {
+		require.NoError(t, r.err, "tenant %s read %q", r.tenant, r.text)
+		require.Equal(t, want(r.tenant), r.text, "a reader of tenant %s", r.tenant)
+	}
+
+	reqs, err := edge.Requests()
+	require.NoError(t, err)
+	var polls, pollsAtOrigin, hits int
+	for _, r := range reqs {
+		if strings.HasPrefix(r.URI, path+"?") && strings.Contains(r.URI, "live=long-poll") {
+			polls++
+			if r.Origin {
+				pollsAtOrigin++
+			}
+			if r.Cache == "HIT" {
+				hits++
+			}
+		}
+	}
+	t.Logf("%d long-polls by %d readers over %d appends: %d reached the origin, %d answered from the cache", polls, readersOf["a"]+readersOf["b"], appends*2, pollsAtOrigin, hits)
+	require.Positive(t, hits, "the cache answered long-polls")
+	require.Less(t, pollsAtOrigin, polls/2, "the readers' long-polls collapsed at the edge")
+
+	// A request without a token, or with a bad one, is refused at the edge: 401, never at the origin.
+	status, h, _ := edgeDo(t, http.MethodGet, url+"?offset=0000000000000000&live=long-poll", "", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Contains(t, h.Get("WWW-Authenticate"), "Bearer")
+	status, _, _ = edgeDo(t, http.MethodGet, url+"?offset=0000000000000000&live=long-poll", producers["a"]+"x", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	reqs, err = edge.Requests()
+	require.NoError(t, err)
+	for _, r := range reqs[len(reqs)-2:] {
+		require.Equal(t, http.StatusUnauthorized, r.Status)
+		require.False(t, r.Origin, "a refused request reached the origin: %+v", r)
+	}
+
+	// At an offset the cache holds for the owner (the first append's end), another subject of the
+	// same tenant and a token narrowed to another stream get the origin's 404, not the entry.
+	offset := fmt.Sprintf("%016d", len(part("a", 0)))
+	for _, tok := range []string{edgeToken(t, "a", "mallory", "", "", 1), edgeToken(t, "a", "app", "", "room/2", 1)} {
+		status, _, body := edgeDo(t, http.MethodGet, url+"?offset="+offset+"&live=long-poll", tok, "")
+		require.Equal(t, http.StatusNotFound, status, body)
+	}
+
+	// Deleted and created again, the path is read afresh from the start (never from the cache).
+	admin := edgeToken(t, "a", "ops", "admin", "", 0)
+	status, _, body := edgeDo(t, http.MethodDelete, url, admin, "")
+	require.Equal(t, http.StatusNoContent, status, body)
+	status, _, body = edgeDo(t, http.MethodPut, url, producers["a"], "again")
+	require.Equal(t, http.StatusCreated, status, body)
+	text, _, err := edgeReader(client, url, edgeToken(t, "a", "app", "", "", 99), len("again"))
+	require.NoError(t, err)
+	require.Equal(t, "again", text)
+}

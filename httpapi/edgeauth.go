@@ -1,0 +1,98 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/rindle-sh/rindle-go/auth"
+)
+
+// EdgeAuth answers an HTTP cache in front of rindled (nginx's auth_request) for every request
+// the cache serves, from its cache or not: is the bearer token good, and which readers may share
+// the answer. It verifies tokens as the Server does and never touches the database, so the edge
+// checks every request while the origin sees only the requests the cache lets through.
+//
+// The cache sends the original request's URI in X-Original-URI and its method in
+// X-Original-Method, with its Authorization (or access_token query parameter) and Rindle-Tenant
+// headers. EdgeAuth answers:
+//   - 401, with the Server's WWW-Authenticate challenge, when the token is missing or invalid,
+//     or an admin names a malformed tenant (403 when a non-admin names one): the edge refuses
+//     the request without asking the origin;
+//   - 204 with EdgeKeyHeader otherwise. The key names who may share a cached answer: the
+//     tenant ("t=", escaped), and either "&p" (producer and admin tokens, which may read every
+//     stream of the tenant) or "&s=" and the subject, escaped (any other token reads only the
+//     streams its subject owns).
+//     The origin authorized the request that filled the entry, and every request given the same
+//     key would be authorized the same way, so a cached body never reaches a reader the origin
+//     would refuse, nor another tenant. The key is empty when the answer must not be shared (a
+//     write, anything but a protocol read, or a token narrowed to another stream, which the
+//     origin answers with its 404): the cache passes the request to the origin as it is.
+type EdgeAuth struct {
+	verifier TokenVerifier
+}
+
+// EdgeKeyHeader carries EdgeAuth's cache key class to the edge.
+const EdgeKeyHeader = "Rindle-Edge-Key"
+
+// EdgeAuthConfig configures an EdgeAuth: the Server's token settings.
+type EdgeAuthConfig struct {
+	// Verifier verifies bearer tokens. Optional: without it, Secret's tokens are the only ones
+	// taken.
+	Verifier TokenVerifier
+	// Secret verifies HS256 bearer tokens when Verifier is nil. At least 32 bytes then.
+	Secret []byte
+}
+
+// NewEdgeAuth checks cfg.
+func NewEdgeAuth(cfg EdgeAuthConfig) (*EdgeAuth, error) {
+	if cfg.Verifier == nil {
+		if len(cfg.Secret) < 32 {
+			return nil, &ConfigError{Field: "Secret", Reason: "must be at least 32 bytes (or set Verifier)"}
+		}
+		v, err := auth.New(context.Background(), auth.Config{Issuers: []auth.Issuer{auth.LocalIssuer(cfg.Secret)}, Now: time.Now})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Verifier = v
+	}
+	return &EdgeAuth{verifier: cfg.Verifier}, nil
+}
+
+func (e *EdgeAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	method := r.Header.Get("X-Original-Method")
+	u, err := url.ParseRequestURI(r.Header.Get("X-Original-URI"))
+	if err != nil || method == "" {
+		// A misconfigured edge, not a client's fault: nginx turns this into a 500.
+		http.Error(w, "EdgeAuth needs X-Original-URI and X-Original-Method", http.StatusBadRequest)
+		return
+	}
+	original := &http.Request{Method: method, URL: u, Header: r.Header}
+	ah := eventsAuth(original)
+	c, err := verifyCaller(e.verifier, ah.Authorization, ah.Tenant)
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	if key, ok := edgeKey(c, method, u); ok {
+		w.Header().Set(EdgeKeyHeader, key)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// edgeKey is the class of callers that may share the answer to a protocol read of u, which c
+// may ask for; false for a request the edge must not answer from its cache.
+func edgeKey(c *who, method string, u *url.URL) (string, bool) {
+	path, isStream := strings.CutPrefix(u.Path, StreamsPrefix)
+	if !isStream || (method != http.MethodGet && method != http.MethodHead) || !c.mayTouch(path) {
+		return "", false
+	}
+	key := "t=" + url.QueryEscape(c.tenant)
+	if c.producer() {
+		return key + "&p", true
+	}
+	return key + "&s=" + url.QueryEscape(c.p.Subject), true
+}
