@@ -63,19 +63,25 @@ type config struct {
 	directFloor bool
 	fresh       bool
 	longMiB     int
+	edgeReaders int
+	edgeAppends int
+	edgeRate    int
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.rindled, "rindled", "", "the rindled binary to start; empty builds ./cmd/rindled")
 	flag.IntVar(&c.runs, "runs", 3, "repetitions of every scenario")
-	flag.StringVar(&c.scenarios, "scenarios", "fanout,idle,join", "comma-separated: fanout, idle, join, long")
+	flag.StringVar(&c.scenarios, "scenarios", "fanout,idle,join", "comma-separated: fanout, idle, join, long, edge (nginx in front, rindled only)")
 	flag.IntVar(&c.readers, "readers", 1000, "fanout: SSE readers of one stream")
 	flag.IntVar(&c.rate, "rate", 100, "fanout: deltas per second")
 	flag.IntVar(&c.seconds, "seconds", 10, "fanout: how long the producer pushes")
 	flag.IntVar(&c.idle, "idle", 10000, "idle: subscribers held open")
 	flag.IntVar(&c.joiners, "joiners", 1000, "join: readers joining one long stream at once")
 	flag.IntVar(&c.joinLength, "join-length", 100000, "join: the stream's length in UTF-16 units before they join")
+	flag.IntVar(&c.edgeReaders, "edge-readers", 10000, "edge: long-poll readers of one stream through nginx")
+	flag.IntVar(&c.edgeAppends, "edge-appends", 20, "edge: appends the producer makes")
+	flag.IntVar(&c.edgeRate, "edge-rate", 1, "edge: appends per second")
 	flag.IntVar(&c.longMiB, "long-mib", 10, "long: the answer's size in MiB, ingested in one request and sealed")
 	flag.BoolVar(&c.fresh, "fresh", true, "start fresh servers (and a fresh private cluster) for every scenario of every repetition, so no figure comes from a warm process or from a scenario run before it; -fresh=false reuses one server for everything")
 	flag.BoolVar(&c.keepWorkDir, "keep", false, "keep the work directory (server log, cluster)")
@@ -104,6 +110,7 @@ func main() {
 // server is the rindled under load.
 type server struct {
 	base, producer, reader string
+	bin, data, work        string // rindled's binary, data directory and work directory
 	pid                    int
 	floor                  bool // the bare net/http floor server, not rindled
 	client                 *http.Client
@@ -210,6 +217,8 @@ func run(ctx context.Context, c config) error {
 					err = join(ctx, t.srv, c, id, rec)
 				case "long":
 					err = long(ctx, t.srv, c, id, rec)
+				case "edge":
+					err = edge(ctx, t.srv, c, id, rec)
 				default:
 					return fmt.Errorf("unknown scenario %q", sc)
 				}
@@ -274,7 +283,7 @@ func start(ctx context.Context, bin, work string, extra []string) (*server, func
 			}
 		}
 	}()
-	srv := &server{pid: cmd.Process.Pid, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	srv := &server{pid: cmd.Process.Pid, bin: bin, data: data, work: work, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	select {
 	case srv.base = <-urls:
 	case <-time.After(90 * time.Second):
