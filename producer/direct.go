@@ -51,6 +51,9 @@ type DirectWriter struct {
 	stop    chan struct{}
 	stopped sync.WaitGroup
 	once    sync.Once
+	// sink, when set (by a benchmark, before any reader), takes every fast write in place of
+	// the socket: the writer's in-process work measured without write(2).
+	sink func([]byte) (int, error)
 }
 
 // errDirectClosed ends the readers of a closed DirectWriter.
@@ -217,6 +220,10 @@ type directReader struct {
 	rest     []byte // what the last write left unwritten: the owner writes it first (owner only)
 	restEnds bool   // rest ends with the terminal frame (owner only)
 
+	// over mirrors finished || gone != nil (set under mu, with them): an owner's check between
+	// writes reads it without the lock.
+	over atomic.Bool
+
 	lastWrite atomic.Int64 // unix nanoseconds
 }
 
@@ -257,6 +264,9 @@ func (r *directReader) release() bool {
 
 // isFinished reports the reader ended, or its client gone (which ends it here, from its owner).
 func (r *directReader) isFinished() bool {
+	if !r.over.Load() {
+		return false
+	}
 	r.mu.Lock()
 	finished, gone := r.finished, r.gone
 	r.mu.Unlock()
@@ -278,6 +288,7 @@ func (r *directReader) hangUp(err error) {
 	}
 	if r.owner != ownerNone {
 		r.gone = err
+		r.over.Store(true)
 		r.mu.Unlock()
 		return
 	}
@@ -295,6 +306,7 @@ func (r *directReader) finish(err error) {
 		return
 	}
 	r.finished = true
+	r.over.Store(true)
 	r.mu.Unlock()
 	r.d.hangups.forget(r)
 	_ = r.conn.Close()
@@ -338,38 +350,40 @@ func (r *directReader) slow() {
 }
 
 // gather appends every frame ready on the subscription (up to maxSSEBatch bytes) to buf;
-// ended reports a terminal frame among them (the last). A subscription that ended without
-// one gets stale from the reader's position.
-func (r *directReader) gather(buf []byte) (out []byte, ended bool) {
+// ended reports a terminal frame among them (the last), drained that the queue was found empty
+// (so a frame queued since woke the reader's hook). A subscription that ended without one gets
+// stale from the reader's position.
+func (r *directReader) gather(buf []byte) (out []byte, ended, drained bool) {
 	for len(buf) < maxSSEBatch {
 		q, end := r.sub.sub.poll()
 		if q == nil {
 			if end {
-				return AppendSSE(buf, Frame{Type: FrameStale, FloorSeq: r.pos}), true
+				return AppendSSE(buf, Frame{Type: FrameStale, FloorSeq: r.pos}), true, true
 			}
-			return buf, false // nothing more is ready
+			return buf, false, true // nothing more is ready
 		}
 		if q.f.Type == FrameChunk {
 			r.pos = q.f.Seq
 		}
 		buf = appendEncoded(buf, q.f, q.sse)
 		if q.f.Terminal() {
-			return buf, true
+			return buf, true, true
 		}
 	}
-	return buf, false
+	return buf, false, false
 }
 
 // next is what the owner writes next: what the last write left (rest true), else every
-// frame ready, gathered into buf. ends reports the terminal frame at its end.
-func (r *directReader) next(buf *[]byte) (b []byte, ends, rest bool) {
+// frame ready, gathered into buf. ends reports the terminal frame at its end; drained, that
+// nothing else was ready (gather's).
+func (r *directReader) next(buf *[]byte) (b []byte, ends, rest, drained bool) {
 	if len(r.rest) > 0 {
 		b, ends = r.rest, r.restEnds
 		r.rest, r.restEnds = nil, false
-		return b, ends, true
+		return b, ends, true, false
 	}
-	*buf, ends = r.gather((*buf)[:0])
-	return *buf, ends, false
+	*buf, ends, drained = r.gather((*buf)[:0])
+	return *buf, ends, false, drained
 }
 
 // keep holds what a write left unwritten for the next turn: a copy when it is in the owner's
@@ -388,7 +402,7 @@ func (r *directReader) drain(buf *[]byte) (finished bool) {
 		if r.isFinished() {
 			return true
 		}
-		b, ends, _ := r.next(buf)
+		b, ends, _, _ := r.next(buf)
 		if len(b) == 0 {
 			return false
 		}
@@ -414,6 +428,9 @@ func (r *directReader) tryWrite(b []byte) (n int, err error) {
 	if r.raw == nil {
 		return 0, nil
 	}
+	if r.d.sink != nil {
+		return r.d.sink(b)
+	}
 	return writeNonblocking(r.raw, b)
 }
 
@@ -426,7 +443,7 @@ func (r *directReader) writeFast(buf []byte) []byte {
 			r.release()
 			return buf
 		}
-		b, ends, rest := r.next(&buf)
+		b, ends, rest, drained := r.next(&buf)
 		if len(b) == 0 {
 			if r.release() {
 				return buf
@@ -451,6 +468,11 @@ func (r *directReader) writeFast(buf []byte) []byte {
 			return buf
 		}
 		r.shard.fast.Add(1)
+		// The queue was empty after what was written: a frame queued since has set pending (the
+		// reader is owned), which release reports, so no poll is needed to find out.
+		if drained && r.release() {
+			return buf
+		}
 	}
 }
 
