@@ -26,8 +26,8 @@ import (
 // edge is the readers-behind-a-cache scenario (README, "Readers behind a cache"): nginx
 // (deploy/nginx-edge.conf.tmpl) and `rindled edge-auth` in front of rindled, -edge-readers
 // long-poll readers of one Durable Streams stream, each with its own token and connection, and a
-// producer appending -edge-appends numbered appends at -edge-rate per second. It reports the
-// origin's long-poll requests per append (from nginx's access log), the delivery time from each
+// producer appending -edge-appends numbered appends, one every -edge-every. It reports the
+// origin's long-poll requests per append (from nginx's logs), the delivery time from each
 // append's acknowledgement to each reader holding it, and how many readers read other than
 // exactly the appended text (0, or the run fails).
 func edge(ctx context.Context, s *server, c config, id string, record func(string, float64)) error {
@@ -172,7 +172,11 @@ func edge(ctx context.Context, s *server, c config, id string, record func(strin
 	if err != nil {
 		return err
 	}
-	tick := time.NewTicker(time.Second / time.Duration(c.edgeRate))
+	originBefore, err := e.OriginRequests()
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(c.edgeEvery)
 	for k := range appends {
 		<-tick.C
 		if err := send(http.MethodPost, fmt.Sprintf("<%05d>", k)); err != nil {
@@ -198,17 +202,31 @@ func edge(ctx context.Context, s *server, c config, id string, record func(strin
 	if err != nil {
 		return err
 	}
-	var polls, atOrigin int
+	originReqs, err := e.OriginRequests()
+	if err != nil {
+		return err
+	}
+	var polls, atOrigin, refused int
 	for _, r := range reqs[len(before):] {
+		if r.Status >= 300 {
+			refused++
+		}
 		if strings.Contains(r.URI, "live=long-poll") {
 			polls++
-			if r.Origin {
-				atOrigin++
-			}
 		}
+	}
+	origin := len(originReqs) - len(originBefore)
+	for _, u := range originReqs[len(originBefore):] {
+		if strings.Contains(u, "live=long-poll") {
+			atOrigin++
+		}
+	}
+	if refused > 0 {
+		return fmt.Errorf("the edge answered %d requests with an error status: see %s", refused, dir)
 	}
 	slices.Sort(delays)
 	record("edge: origin long-polls per append", float64(atOrigin)/float64(appends))
+	record("edge: origin requests per append (appends included)", float64(origin)/float64(appends))
 	record("edge: long-polls per append (all readers)", float64(polls)/float64(appends))
 	record("edge: delivery p50 (ms)", pct(delays, 0.50))
 	record("edge: delivery p99 (ms)", pct(delays, 0.99))

@@ -65,7 +65,7 @@ type config struct {
 	longMiB     int
 	edgeReaders int
 	edgeAppends int
-	edgeRate    int
+	edgeEvery   time.Duration
 }
 
 func main() {
@@ -81,7 +81,7 @@ func main() {
 	flag.IntVar(&c.joinLength, "join-length", 100000, "join: the stream's length in UTF-16 units before they join")
 	flag.IntVar(&c.edgeReaders, "edge-readers", 10000, "edge: long-poll readers of one stream through nginx")
 	flag.IntVar(&c.edgeAppends, "edge-appends", 20, "edge: appends the producer makes")
-	flag.IntVar(&c.edgeRate, "edge-rate", 1, "edge: appends per second")
+	flag.DurationVar(&c.edgeEvery, "edge-every", 2*time.Second, "edge: the interval between appends")
 	flag.IntVar(&c.longMiB, "long-mib", 10, "long: the answer's size in MiB, ingested in one request and sealed")
 	flag.BoolVar(&c.fresh, "fresh", true, "start fresh servers (and a fresh private cluster) for every scenario of every repetition, so no figure comes from a warm process or from a scenario run before it; -fresh=false reuses one server for everything")
 	flag.BoolVar(&c.keepWorkDir, "keep", false, "keep the work directory (server log, cluster)")

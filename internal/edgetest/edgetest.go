@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"text/template"
 	"time"
 )
@@ -135,37 +134,62 @@ func (e *Edge) Close() {
 	e.cmd.Process = nil
 }
 
-// Request is one line of the access log: a request a client made and who answered it.
+// Request is one line of the access log: a request a client made.
 type Request struct {
 	// Cache is $upstream_cache_status: HIT (the cache answered), MISS, BYPASS, EXPIRED, …, or
-	// "-" when the location has no cache.
+	// "-" when the request was not the cache's (refused at the edge, or not a stream read).
 	Cache string
 	// Status is the status the client got.
 	Status int
-	// Origin is true when the request went to rindled.
-	Origin bool
 	// URI is the request's URI.
 	URI string
 }
 
 // Requests reads the access log: every request clients made so far.
 func (e *Edge) Requests() ([]Request, error) {
-	f, err := os.Open(filepath.Join(e.dir, "access.log"))
+	var all []Request
+	err := e.lines("access.log", func(line string) error {
+		var r Request
+		if _, err := fmt.Sscanf(line, "%s %d %q", &r.Cache, &r.Status, &r.URI); err != nil {
+			return err
+		}
+		all = append(all, r)
+		return nil
+	})
+	return all, err
+}
+
+// OriginRequests reads the URIs of the requests rindled got from the edge so far (the
+// configuration's origin.log: what the first tier sent straight to it, and what the second
+// tier did not answer from its cache).
+func (e *Edge) OriginRequests() ([]string, error) {
+	var all []string
+	err := e.lines("origin.log", func(line string) error {
+		var uri string
+		if _, err := fmt.Sscanf(line, "%q", &uri); err != nil {
+			return err
+		}
+		all = append(all, uri)
+		return nil
+	})
+	return all, err
+}
+
+func (e *Edge) lines(name string, each func(string) error) error {
+	f, err := os.Open(filepath.Join(e.dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // nothing logged yet
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	var all []Request
 	lines := bufio.NewScanner(f)
 	lines.Buffer(make([]byte, 64<<10), 1<<20)
 	for lines.Scan() {
-		var r Request
-		var upstream string
-		if _, err := fmt.Sscanf(lines.Text(), "%s %d %s %q", &r.Cache, &r.Status, &upstream, &r.URI); err != nil {
-			return nil, fmt.Errorf("edgetest: access log line %q: %w", lines.Text(), err)
+		if err := each(lines.Text()); err != nil {
+			return fmt.Errorf("edgetest: %s line %q: %w", name, lines.Text(), err)
 		}
-		r.Origin = upstream != "-" && strings.TrimSpace(upstream) != ""
-		all = append(all, r)
 	}
-	return all, lines.Err()
+	return lines.Err()
 }
