@@ -2,10 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/rindle-sh/rindle-go/auth"
 )
@@ -19,8 +22,8 @@ import (
 // X-Original-Method, with its Authorization (or access_token query parameter) and Rindle-Tenant
 // headers. EdgeAuth answers:
 //   - 401, with the Server's WWW-Authenticate challenge, when the token is missing or invalid,
-//     or an admin names a malformed tenant (403 when a non-admin names one): the edge refuses
-//     the request without asking the origin;
+//     and 403 when a non-admin names a tenant: the edge refuses the request without asking the
+//     origin (an admin naming a malformed tenant gets 204 with no key: the origin's 400 says why);
 //   - 204 with EdgeKeyHeader otherwise. The key names who may share a cached answer: the
 //     tenant ("t=", escaped), and either "&p" (producer and admin tokens, which may read every
 //     stream of the tenant) or "&s=" and the subject, escaped (any other token reads only the
@@ -73,6 +76,13 @@ func (e *EdgeAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	original := &http.Request{Method: method, URL: u, Header: r.Header}
 	ah := eventsAuth(original)
 	c, err := verifyCaller(e.verifier, ah.Authorization, ah.Tenant)
+	var se huma.StatusError
+	if errors.As(err, &se) && se.GetStatus() == http.StatusBadRequest {
+		// A malformed Rindle-Tenant from an admin: the origin says what is wrong (nginx would
+		// turn a 400 from here into a 500). Not shared.
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if err != nil {
 		writeProblem(w, err)
 		return

@@ -12,7 +12,8 @@ import (
 
 // TestEdgeAuthAnswersTheCache: what EdgeAuth tells an HTTP cache for each kind of request. A
 // missing or bad token is refused (401 with the challenge) and a non-admin naming a tenant gets
-// 403, so the cache refuses them itself; a protocol read gets a key naming its tenant and either
+// 403, so the cache refuses them itself; an admin's malformed tenant passes with no key, for the
+// origin's 400; a protocol read gets a key naming its tenant and either
 // the producer class or its subject; a write, a route other than the protocol's, or a token
 // narrowed to another stream gets no key (the cache passes it to the origin uncached); and a
 // cache that forgets the original request's URI or method is told so (400).
@@ -58,6 +59,7 @@ func TestEdgeAuthAnswersTheCache(t *testing.T) {
 		{"a producer", "GET", read, bearer(tenantToken(t, "a", "app", "producer", "")), 204, "t=a&p"},
 		{"an admin in another tenant", "GET", read, http.Header{"Authorization": {"Bearer " + tenantToken(t, "a", "ops", "admin", "")}, "Rindle-Tenant": {"b"}}, 204, "t=b&p"},
 		{"a reader naming a tenant", "GET", read, http.Header{"Authorization": {"Bearer " + reader}, "Rindle-Tenant": {"b"}}, 403, ""},
+		{"an admin naming a malformed tenant", "GET", read, http.Header{"Authorization": {"Bearer " + tenantToken(t, "a", "ops", "admin", "")}, "Rindle-Tenant": {"b\x00"}}, 204, ""},
 		{"a token narrowed to this stream", "GET", read, bearer(tenantToken(t, "a", "alice", "", "room/1")), 204, "t=a&s=alice"},
 		{"a token narrowed to another stream", "GET", read, bearer(tenantToken(t, "a", "alice", "", "room/2")), 204, ""},
 		{"an append", "POST", "/v1/stream/room/1", bearer(reader), 204, ""},
