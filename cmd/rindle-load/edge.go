@@ -103,60 +103,23 @@ func edge(ctx context.Context, s *server, c config, id string, record func(strin
 		}
 		joined.Add(1)
 		done.Go(func() {
-			var got strings.Builder
-			offset, cursor, first := "-1", "", true
 			var mine []time.Duration
-			defer func() {
-				if first {
-					joined.Done()
-				}
-			}()
-			for got.Len() < appends*width {
-				q := "?offset=" + offset
-				if offset != "-1" {
-					q += "&live=long-poll"
-					if cursor != "" {
-						q += "&cursor=" + cursor
-					}
-				}
-				req, err := http.NewRequestWithContext(rctx, http.MethodGet, url+q, nil)
-				if err != nil {
-					failed.Add(1)
-					return
-				}
-				req.Header.Set("Authorization", "Bearer "+tok)
-				if first && offset != "-1" {
-					first = false
-					joined.Done() // its first long-poll is on its way
-				}
-				resp, err := client.Do(req)
-				if err != nil {
-					failed.Add(1)
-					return
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				now := time.Now()
-				if err != nil || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent) {
-					failed.Add(1)
-					return
-				}
-				if resp.StatusCode == http.StatusOK {
-					start := got.Len()
-					got.Write(b)
-					for k := start / width; k < got.Len()/width; k++ {
-						if at := acked[k].Load(); at > 0 {
-							mine = append(mine, now.Sub(time.Unix(0, at)))
+			var once sync.Once
+			join := func() { once.Do(joined.Done) } // its first long-poll is on its way
+			defer join()                            // or it failed before
+			got, err := edgetest.Reader{Client: client, URL: url, Token: tok, Want: appends * width, Joined: join,
+				Data: func(from int, b []byte, at time.Time) {
+					for k := from / width; k < (from+len(b))/width; k++ {
+						if ack := acked[k].Load(); ack > 0 {
+							mine = append(mine, at.Sub(time.Unix(0, ack)))
 						}
 					}
-				}
-				offset, cursor = resp.Header.Get("Stream-Next-Offset"), resp.Header.Get("Stream-Cursor")
-				if offset == "" {
-					failed.Add(1)
-					return
-				}
+				}}.Read(rctx)
+			if err != nil {
+				failed.Add(1)
+				return
 			}
-			if got.String() != edgeText(appends) {
+			if got != edgeText(appends) {
 				wrong.Add(1)
 			}
 			mu.Lock()

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -87,51 +86,6 @@ func edgeDo(t *testing.T, method, url, tok, body string) (int, http.Header, stri
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-// edgeReader reads a stream through the edge as a Durable Streams client does: a catch-up read
-// from the start, then long-polls at each Stream-Next-Offset, echoing the cursor, until it holds
-// want's length. It returns what it read.
-func edgeReader(client *http.Client, url, tok string, want int) (string, int, error) {
-	var got strings.Builder
-	offset, cursor, polls := "-1", "", 0
-	for got.Len() < want {
-		q := "?offset=" + offset
-		if offset != "-1" {
-			q += "&live=long-poll"
-			polls++
-			if cursor != "" {
-				q += "&cursor=" + cursor
-			}
-		}
-		req, err := http.NewRequest(http.MethodGet, url+q, nil)
-		if err != nil {
-			return got.String(), polls, err
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := client.Do(req)
-		if err != nil {
-			return got.String(), polls, err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return got.String(), polls, err
-		}
-		switch resp.StatusCode {
-		case http.StatusOK:
-			got.Write(b)
-		case http.StatusNoContent:
-		default:
-			return got.String(), polls, fmt.Errorf("GET %s: %d %s", q, resp.StatusCode, b)
-		}
-		next := resp.Header.Get("Stream-Next-Offset")
-		if next == "" {
-			return got.String(), polls, errors.New("no Stream-Next-Offset")
-		}
-		offset, cursor = next, resp.Header.Get("Stream-Cursor")
-	}
-	return got.String(), polls, nil
-}
-
 // TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart: nginx in front of rindled, with
 // edge-auth checking every request. Readers of one path in two tenants long-poll through it while
 // each tenant's producer appends; every reader gets exactly its own tenant's text, and the
@@ -165,7 +119,6 @@ func TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
 	type result struct {
 		tenant, text string
-		polls        int
 		err          error
 	}
 	results := make(chan result, 100)
@@ -175,8 +128,8 @@ func TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart(t *testing.T) {
 		for i := range n {
 			tok := edgeToken(t, tenant, "app", "", "", i+1)
 			readers.Go(func() {
-				text, polls, err := edgeReader(client, url, tok, len(want(tenant)))
-				results <- result{tenant, text, polls, err}
+				text, err := edgetest.Reader{Client: client, URL: url, Token: tok, Want: len(want(tenant))}.Read(t.Context())
+				results <- result{tenant, text, err}
 			})
 		}
 		progress.Store(tenant, nil)
@@ -250,7 +203,7 @@ func TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status, body)
 	status, _, body = edgeDo(t, http.MethodPut, url, producers["a"], "again")
 	require.Equal(t, http.StatusCreated, status, body)
-	text, _, err := edgeReader(client, url, edgeToken(t, "a", "app", "", "", 99), len("again"))
+	text, err := edgetest.Reader{Client: client, URL: url, Token: edgeToken(t, "a", "app", "", "", 99), Want: len("again")}.Read(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, "again", text)
 }

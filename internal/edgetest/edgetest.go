@@ -1,20 +1,23 @@
 // Package edgetest runs nginx (Debian's nginx-light: the proxy cache and auth_request) on
 // loopback as the HTTP cache of deploy/nginx-edge.conf.tmpl, in front of a rindled and a
-// `rindled edge-auth`: the edge of the tests and of rindle-load. It owns nginx's lifetime and
-// reading its access log, not the servers behind it.
+// `rindled edge-auth`: the edge of the tests and of rindle-load. It owns nginx's lifetime,
+// reading its logs, and a protocol long-poll reader through it (Reader); not the servers behind it.
 package edgetest
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"text/template"
 	"time"
 )
@@ -192,4 +195,68 @@ func (e *Edge) lines(name string, each func(string) error) error {
 		}
 	}
 	return lines.Err()
+}
+
+// Reader reads a Durable Streams stream through the edge as a protocol client does: a catch-up
+// read from the start, then long-polls at each Stream-Next-Offset, echoing the cursor, until it
+// holds Want bytes.
+type Reader struct {
+	Client *http.Client
+	// URL is the stream's; Token the bearer token sent with every read.
+	URL, Token string
+	Want       int
+	// Joined, if set, runs once the catch-up read is done, before the first long-poll.
+	Joined func()
+	// Data, if set, runs for each 200's body: from is the length read before it, at when it came.
+	Data func(from int, b []byte, at time.Time)
+}
+
+// Read reads until Want bytes are in hand, and returns them (what it read, on an error: a
+// status other than 200 or 204, or an answer without Stream-Next-Offset).
+func (rd Reader) Read(ctx context.Context) (string, error) {
+	var got strings.Builder
+	offset, cursor := "-1", ""
+	for got.Len() < rd.Want {
+		q := "?offset=" + offset
+		if offset != "-1" {
+			q += "&live=long-poll"
+			if cursor != "" {
+				q += "&cursor=" + cursor
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, rd.URL+q, nil)
+		if err != nil {
+			return got.String(), err
+		}
+		req.Header.Set("Authorization", "Bearer "+rd.Token)
+		resp, err := rd.Client.Do(req)
+		if err != nil {
+			return got.String(), err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		at := time.Now()
+		if err != nil {
+			return got.String(), err
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+			if rd.Data != nil {
+				rd.Data(got.Len(), b, at)
+			}
+			got.Write(b)
+		case http.StatusNoContent:
+		default:
+			return got.String(), fmt.Errorf("GET %s: %d %s", q, resp.StatusCode, b)
+		}
+		next := resp.Header.Get("Stream-Next-Offset")
+		if next == "" {
+			return got.String(), fmt.Errorf("GET %s: no Stream-Next-Offset", q)
+		}
+		if offset == "-1" && rd.Joined != nil {
+			rd.Joined()
+		}
+		offset, cursor = next, resp.Header.Get("Stream-Cursor")
+	}
+	return got.String(), nil
 }
