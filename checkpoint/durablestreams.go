@@ -37,6 +37,8 @@ import (
 type Protocol struct {
 	pool *pgxpool.Pool
 	*schema
+	// afterHead, set by tests only, runs in Read between its metadata read and its data read.
+	afterHead func()
 }
 
 // ProtocolConfig configures a Protocol.
@@ -96,7 +98,7 @@ func newSchema(t Tables) *schema {
 	CASE WHEN d.unit = 'byte' THEN d.byte_closed ELSE coalesce(m.` + q(c.Status) + ` = 'complete', false) END,
 	CASE WHEN d.unit = 'byte' THEN d.byte_tail ELSE coalesce(m.` + q(c.Seq) + `, 0) END,
 	(d.ttl_seconds IS NOT NULL AND d.accessed_at + make_interval(secs => d.ttl_seconds) <= now())
-	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.created_at, d.unit = 'byte', d.deleted_at IS NOT NULL
+	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.incarnation, d.lineage, d.unit = 'byte', d.deleted_at IS NOT NULL
 	FROM ds_streams d LEFT JOIN ` + q(t.Message) + ` m ON m.` + q(c.Key) + ` = d.message_id WHERE d.path = $1`,
 		insertMessage: fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM (SELECT $1::text, $2::text, $3::bigint, $4::text) AS a ON CONFLICT (%s) DO NOTHING",
 			q(t.Message), strings.Join(cols, ", "), strings.Join(vals, ", "), q(c.Key)),
@@ -141,7 +143,10 @@ type ForkError struct {
 func (e *ForkError) Error() string { return "checkpoint: fork: " + e.Reason }
 
 // StreamClosedError is an append to a closed stream.
-type StreamClosedError struct{ Tail producer.Seq }
+type StreamClosedError struct {
+	Tail        producer.Seq
+	Incarnation int64 // the stream's, for the offset of Tail
+}
 
 func (e *StreamClosedError) Error() string {
 	return fmt.Sprintf("checkpoint: the stream is closed at %d", e.Tail)
@@ -180,9 +185,65 @@ type StreamMeta struct {
 	// Binary: a byte stream (offsets in bytes, no messages row); else a text stream.
 	Binary bool
 	Tail   producer.Seq
-	// Created tells one incarnation of a path from the next (a stream deleted and created
-	// again).
-	Created time.Time
+	// Incarnation tells one stream at a path from the next (a stream deleted and created
+	// again): a number no other stream had, greater than every stream's created before it.
+	// Offsets carry it (Position).
+	Incarnation int64
+	// Lineage is a fork's ancestors, nearest first: their offsets name positions here too, up
+	// to where the fork's data stops being theirs.
+	Lineage []Ancestor
+}
+
+// Ancestor is a stream a fork descends from: its incarnation, and the offset up to which the
+// fork's data is that stream's (the fork point, or an earlier one further up the line).
+type Ancestor struct {
+	Incarnation int64
+	Shared      producer.Seq
+}
+
+// OffsetError is an offset that names no position of the stream: one handed out by another
+// stream. Gone: by an earlier one, such as the stream this path named before it was deleted and
+// created again (the protocol's 410); else by a later one (its 400).
+type OffsetError struct {
+	Gone   bool
+	Reason string
+}
+
+func (e *OffsetError) Error() string { return "checkpoint: offset: " + e.Reason }
+
+// Position checks that the offset seq, handed out by the stream with incarnation inc (0: by no
+// stream in particular, such as a client's hand-written start), names a position of this stream,
+// and reports whether the stream itself handed it out (own). A fork takes its ancestors'
+// offsets up to where it shares their data.
+func (m StreamMeta) Position(inc int64, seq producer.Seq) (own bool, err error) {
+	switch inc {
+	case 0:
+		return false, nil
+	case m.Incarnation:
+		return true, nil
+	}
+	for _, a := range m.Lineage {
+		if a.Incarnation != inc {
+			continue
+		}
+		if seq > a.Shared {
+			return false, &OffsetError{Reason: fmt.Sprintf("the offset was handed out by a stream this one forked from, past the fork point (%d)", a.Shared)}
+		}
+		return false, nil
+	}
+	if inc < m.Incarnation {
+		return false, &OffsetError{Gone: true, Reason: "the offset was handed out by another stream: one this path named before it was deleted and created again, or another path's"}
+	}
+	return false, &OffsetError{Reason: "the offset was handed out by another stream, not this one"}
+}
+
+// lineage flattens Lineage into the column's pairs (incarnation, shared).
+func (m StreamMeta) lineage() []int64 {
+	out := make([]int64, 0, 2*len(m.Lineage))
+	for _, a := range m.Lineage {
+		out = append(out, a.Incarnation, int64(a.Shared))
+	}
+	return out
 }
 
 // Len is the length of data in the stream's unit: bytes, or UTF-16 units.
@@ -215,9 +276,12 @@ type CreateStream struct {
 // sub-offset into the append that starts there, in bytes, or in messages for JSON (Cut says
 // where in an append's stored form a count of them ends; nil means bytes of the stored form).
 type Fork struct {
-	Source    string
-	Offset    *producer.Seq
-	SubOffset int64
+	Source string
+	Offset *producer.Seq
+	// OffsetIncarnation is the incarnation Offset came with (0: none), which must be the
+	// source's or one of its ancestors' (StreamMeta.Position).
+	OffsetIncarnation int64
+	SubOffset         int64
 	// Cut returns the stored-form prefix of an append holding n of its units, or false when
 	// the append has fewer than n or cannot be cut there.
 	Cut func(stored string, n int64) (string, bool)
@@ -263,16 +327,20 @@ type AppendOutcome struct {
 	ProducerEpoch, ProducerSeq int64
 	// From is where the append began (the tail before it).
 	From producer.Seq
-	// Created is the stream's StreamMeta.Created.
-	Created time.Time
+	// Incarnation is the stream's StreamMeta.Incarnation.
+	Incarnation int64
 }
 
 // scanMeta reads a schema.meta row: the stream, whether it has expired, whether it is
 // soft-deleted.
 func scanMeta(row pgx.Row) (m StreamMeta, expired, gone bool, err error) {
 	var seq int64
-	err = row.Scan(&m.Path, &m.MessageID, &m.Owner, &m.ContentType, &m.TTL, &m.ExpiresAt, &m.Closed, &seq, &expired, &m.Created, &m.Binary, &gone)
+	var lineage []int64
+	err = row.Scan(&m.Path, &m.MessageID, &m.Owner, &m.ContentType, &m.TTL, &m.ExpiresAt, &m.Closed, &seq, &expired, &m.Incarnation, &lineage, &m.Binary, &gone)
 	m.Tail = producer.Seq(seq)
+	for i := 0; i+1 < len(lineage); i += 2 {
+		m.Lineage = append(m.Lineage, Ancestor{Incarnation: lineage[i], Shared: producer.Seq(lineage[i+1])})
+	}
 	return m, expired, gone, err
 }
 
@@ -492,10 +560,11 @@ func (p *Protocol) Create(ctx context.Context, in CreateStream) (meta StreamMeta
 		if fork != nil {
 			forkedFrom, forkOffset, forkSub = &in.Fork.Source, new(int64(fork.at)), in.Fork.SubOffset
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ds_streams (path, message_id, owner, content_type, ttl_seconds, expires_at, unit, byte_tail, byte_closed,
-			forked_from, fork_offset, fork_sub_offset) VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		if err := tx.QueryRow(ctx, `INSERT INTO ds_streams (path, message_id, owner, content_type, ttl_seconds, expires_at, unit, byte_tail, byte_closed,
+			forked_from, fork_offset, fork_sub_offset, lineage) VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			RETURNING incarnation`,
 			in.Path, meta.MessageID, in.Owner, meta.ContentType, meta.TTL, meta.ExpiresAt, unit, byteTail, meta.Binary && in.Closed,
-			forkedFrom, forkOffset, forkSub); err != nil {
+			forkedFrom, forkOffset, forkSub, meta.lineage()).Scan(&meta.Incarnation); err != nil {
 			return fmt.Errorf("checkpoint: create stream %s: %w", in.Path, err)
 		}
 		at := producer.Seq(0)
@@ -515,9 +584,6 @@ func (p *Protocol) Create(ctx context.Context, in CreateStream) (meta StreamMeta
 			if err := r.insert(ctx, tx, meta.Tail, in.Text); err != nil {
 				return fmt.Errorf("checkpoint: create stream %s: %w", in.Path, err)
 			}
-		}
-		if err := tx.QueryRow(ctx, "SELECT created_at FROM ds_streams WHERE path = $1", in.Path).Scan(&meta.Created); err != nil {
-			return fmt.Errorf("checkpoint: create stream %s: %w", in.Path, err)
 		}
 		created = true
 		return nil
@@ -574,10 +640,20 @@ func (s *schema) planFork(ctx context.Context, tx pgx.Tx, in CreateStream, meta 
 	}
 	plan := &forkPlan{src: s.rowsOf(src), at: src.Tail}
 	if f.Offset != nil {
+		var oe *OffsetError
+		if _, err := src.Position(f.OffsetIncarnation, *f.Offset); errors.As(err, &oe) {
+			return nil, &ForkError{Reason: "the fork offset is not one " + f.Source + " holds: " + oe.Reason}
+		}
 		if *f.Offset > src.Tail {
 			return nil, &ForkError{Reason: fmt.Sprintf("the fork offset %d is past the source's end (%d)", *f.Offset, src.Tail)}
 		}
 		plan.at = *f.Offset
+	}
+	// The fork's data up to the fork point is its source's, and so its source's ancestors' up
+	// to where the source shares theirs.
+	meta.Lineage = append(meta.Lineage, Ancestor{Incarnation: src.Incarnation, Shared: plan.at})
+	for _, a := range src.Lineage {
+		meta.Lineage = append(meta.Lineage, Ancestor{Incarnation: a.Incarnation, Shared: min(a.Shared, plan.at)})
 	}
 	// The append that starts at the fork offset: it must start there (a fork begins at an
 	// append's boundary, as every offset this store hands out is), and the sub-offset cuts it.
@@ -641,33 +717,59 @@ const ProtocolReadBytes = 1 << 20
 // stream's bytes), at most limit appends and about ProtocolReadBytes. With touch it renews a
 // sliding TTL (a read is an access); a live read touches once, when it begins, so a hundred
 // waiting readers do not queue on the stream's row at every append.
+//
+// The metadata and the data are one stream's: were the path deleted and created again between
+// the two reads, Read starts over (at most readAttempts times), so the data never comes from
+// another incarnation than the one meta names.
 func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, limit int, touch bool) (meta StreamMeta, text string, end producer.Seq, err error) {
+	for range readAttempts {
+		var again bool
+		meta, text, end, again, err = p.readOnce(ctx, path, from, limit, touch)
+		if !again {
+			return meta, text, end, err
+		}
+	}
+	return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: it was deleted and created again %d times while read", path, readAttempts)
+}
+
+// readAttempts bounds Read's starts.
+const readAttempts = 3
+
+// readOnce is one of Read's attempts; again: the stream read was not the one found first.
+func (p *Protocol) readOnce(ctx context.Context, path string, from producer.Seq, limit int, touch bool) (meta StreamMeta, text string, end producer.Seq, again bool, err error) {
 	m, err := p.Head(ctx, path)
 	if err != nil {
-		return StreamMeta{}, "", 0, err
+		return StreamMeta{}, "", 0, false, err
+	}
+	if p.afterHead != nil {
+		p.afterHead()
 	}
 	if touch && m.TTL != nil {
 		if _, err := p.pool.Exec(ctx, "UPDATE ds_streams SET accessed_at = now() WHERE path = $1", path); err != nil {
-			return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
+			return StreamMeta{}, "", 0, false, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
 		}
 	}
 	end = max(from, 0)
 	if from >= m.Tail {
-		return m, "", min(end, m.Tail), nil
+		return m, "", min(end, m.Tail), false, nil
 	}
 	r := p.rowsOf(m)
-	rs, err := p.pool.Query(ctx, "SELECT "+r.seq+", "+r.data+" FROM "+r.table+" WHERE "+r.key+" = $1 AND "+r.seq+" > $2 ORDER BY "+r.seq+" LIMIT $3",
-		r.keyValue, int64(from), limit)
+	// The rows come only while the stream is still the incarnation Head found (one statement,
+	// one snapshot). The stream holds data past from, so no rows means it is not.
+	rs, err := p.pool.Query(ctx, "SELECT "+r.seq+", "+r.data+" FROM "+r.table+" WHERE "+r.key+" = $1 AND "+r.seq+" > $2"+
+		" AND EXISTS (SELECT 1 FROM ds_streams WHERE path = $4 AND incarnation = $5 AND deleted_at IS NULL) ORDER BY "+r.seq+" LIMIT $3",
+		r.keyValue, int64(from), limit, path, m.Incarnation)
 	if err != nil {
-		return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
+		return StreamMeta{}, "", 0, false, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
 	}
 	defer rs.Close()
-	buf := []byte{}
+	buf, rowsRead := []byte{}, false
 	for rs.Next() {
+		rowsRead = true
 		var seq int64
 		var chunk []byte
 		if err := rs.Scan(&seq, &chunk); err != nil {
-			return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
+			return StreamMeta{}, "", 0, false, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
 		}
 		// An offset inside an append (never one this store handed out) reads from there.
 		if start := producer.Seq(seq) - m.Len(string(chunk)); start < from {
@@ -684,9 +786,12 @@ func (p *Protocol) Read(ctx context.Context, path string, from producer.Seq, lim
 		}
 	}
 	if err := rs.Err(); err != nil {
-		return StreamMeta{}, "", 0, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
+		return StreamMeta{}, "", 0, false, fmt.Errorf("checkpoint: read stream %s: %w", path, err)
 	}
-	return m, string(buf), end, nil
+	if !rowsRead {
+		return StreamMeta{}, "", 0, true, nil
+	}
+	return m, string(buf), end, false, nil
 }
 
 // Delete removes the stream, its data and its producers; a stream with forks is soft-deleted
@@ -831,7 +936,7 @@ func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in App
 // that make it (nil when there is nothing to write), or the refusal.
 func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome, writes *pgx.Batch, err error) {
 	m := st.meta
-	out = AppendOutcome{Tail: m.Tail, From: m.Tail, Closed: m.Closed, Created: m.Created}
+	out = AppendOutcome{Tail: m.Tail, From: m.Tail, Closed: m.Closed, Incarnation: m.Incarnation}
 	if m.Closed {
 		by, epoch, seq := st.closedBy, st.closedEpoch, st.closed
 		switch {
@@ -842,7 +947,7 @@ func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome,
 			out.AlreadyClosed = true
 			return out, nil, nil
 		}
-		return out, nil, &StreamClosedError{Tail: m.Tail}
+		return out, nil, &StreamClosedError{Tail: m.Tail, Incarnation: m.Incarnation}
 	}
 	if in.Text != "" && !in.SameType(m.ContentType, in.ContentType) {
 		return out, nil, ErrContentTypeMismatch

@@ -436,3 +436,34 @@ func TestProtocolTablesDDLMatchesTheMigrations(t *testing.T) {
 	}
 	require.Equal(t, shape(migrated), shape(bare))
 }
+
+// A path deleted and created again between Read's metadata read and its data read: Read
+// answers wholly from the new stream (its incarnation, its data), never the old stream's
+// metadata with the new stream's data, which would hand the old stream's readers offsets of the
+// old stream over text it never held.
+func TestProtocolReadNeverMixesIncarnations(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
+	require.NoError(t, err)
+	same := func(a, b string) bool { return a == b }
+	for _, ct := range []string{"text/plain", "application/octet-stream"} {
+		path := "again-" + ct
+		old, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, Text: "old", SameType: same, Binary: ct != "text/plain"})
+		require.NoError(t, err)
+		var fresh checkpoint.StreamMeta
+		checkpoint.SetAfterHead(p, func() {
+			checkpoint.SetAfterHead(p, nil)
+			require.NoError(t, p.Delete(ctx, path))
+			fresh, _, err = p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, Text: "new and longer", SameType: same, Binary: ct != "text/plain"})
+			require.NoError(t, err)
+		})
+		m, text, end, err := p.Read(ctx, path, 1, 10, false)
+		require.NoError(t, err)
+		require.Greater(t, fresh.Incarnation, old.Incarnation, "a later stream has a greater incarnation")
+		require.Equal(t, fresh.Incarnation, m.Incarnation, "%s: the read names the stream it read", ct)
+		require.Equal(t, "ew and longer", text, ct)
+		require.Equal(t, producer.Seq(len("new and longer")), end, ct)
+	}
+}

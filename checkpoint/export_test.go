@@ -24,3 +24,7 @@ func DeleteInTx(ctx context.Context, p *Protocol, tx pgx.Tx, path string) error 
 	_, err = p.removeStream(ctx, tx, m)
 	return err
 }
+
+// SetAfterHead makes fn run in every Read between its metadata read and its data read, for
+// tests that change the stream there.
+func SetAfterHead(p *Protocol, fn func()) { p.afterHead = fn }

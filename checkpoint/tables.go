@@ -90,7 +90,7 @@ func ChunkTableDDL(t Tables) ([]string, error) {
 
 // ProtocolTablesDDL is the Durable Streams store's own tables (Protocol) for an app's migration
 // when its message table is mapped: ds_streams, ds_producers and ds_bytes, in the shape the
-// project's migrations give them (005, 006), with a text stream's message_id referencing the
+// project's migrations give them (005, 006, 007), with a text stream's message_id referencing the
 // app's message key (ON DELETE CASCADE: deleting the message row removes the stream). The key
 // must be a text column (a protocol stream's message id is "ds/" + its path). Every statement
 // is idempotent (IF NOT EXISTS).
@@ -100,6 +100,7 @@ func ProtocolTablesDDL(t Tables) ([]string, error) {
 		return nil, err
 	}
 	return []string{
+		"CREATE SEQUENCE IF NOT EXISTS ds_incarnations",
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS ds_streams (
 	path text PRIMARY KEY,
 	message_id text UNIQUE REFERENCES %s (%s) ON DELETE CASCADE,
@@ -120,7 +121,14 @@ func ProtocolTablesDDL(t Tables) ([]string, error) {
 	fork_offset bigint,
 	fork_sub_offset bigint,
 	deleted_at timestamptz,
+	incarnation bigint NOT NULL DEFAULT nextval('ds_incarnations'),
+	lineage bigint[] NOT NULL DEFAULT '{}',
 	CONSTRAINT ds_streams_unit_data CHECK (deleted_at IS NOT NULL OR (unit = 'utf16') = (message_id IS NOT NULL)))`, q(t.Message), q(t.Columns.Key)),
+		// A ds_streams made by this function before incarnations (007) gains them. Forks made
+		// before then accept only the offsets they handed out, not their sources' (the
+		// migration fills in their lineage; an app that has such forks can run its UPDATE).
+		`ALTER TABLE ds_streams ADD COLUMN IF NOT EXISTS incarnation bigint NOT NULL DEFAULT nextval('ds_incarnations'),
+	ADD COLUMN IF NOT EXISTS lineage bigint[] NOT NULL DEFAULT '{}'`,
 		"CREATE INDEX IF NOT EXISTS ds_streams_forked_from ON ds_streams (forked_from) WHERE forked_from IS NOT NULL",
 		"CREATE INDEX IF NOT EXISTS ds_streams_expiring ON ds_streams (path) WHERE ttl_seconds IS NOT NULL OR expires_at IS NOT NULL",
 		`CREATE TABLE IF NOT EXISTS ds_producers (

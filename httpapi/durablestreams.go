@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"mime"
 	"net/http"
@@ -89,7 +88,7 @@ type changes struct {
 
 // appended is one committed append (or close): the stored text of [from, to).
 type appended struct {
-	created  time.Time // the stream's incarnation
+	inc      int64 // the stream's incarnation
 	from, to producer.Seq
 	text     string
 	closed   bool
@@ -154,33 +153,60 @@ func (c *changes) notify(path string) {
 	}
 }
 
-// formatOffset is the protocol offset of seq: 16 zero-padded digits.
-func formatOffset(seq producer.Seq) string { return fmt.Sprintf("%016d", seq) }
+// formatOffset is the protocol offset of seq in the stream with incarnation inc: 16 digits of
+// each, joined by a hyphen. A path deleted and created again hands out offsets that never name
+// the old stream's, so nothing keyed by path and offset (an HTTP cache above all) can answer
+// for one stream with the other's body.
+//
+// Not the reference server's underscore: offsets are opaque, but the published Yjs server
+// (@durable-streams/y-durable-streams) adds 1 to the second part of an offset with an underscore
+// to read past a snapshot. That suits the reference, which reads whole messages from an offset
+// inside one; here it would start inside an append and hand Yjs a torn update.
+func formatOffset(inc int64, seq producer.Seq) string { return fmt.Sprintf("%016d-%016d", inc, seq) }
 
-// offsetPattern: our 16 digits, or the reference server's two parts of 16 (read sequence, then
-// offset), which clients write by hand for the start (0000000000000000_0000000000000000).
-var offsetPattern = regexp.MustCompile(`^(?:([0-9]{16})_)?([0-9]{16})$`)
+// offsetPattern: our two parts (incarnation, a hyphen, offset); one part (offset), the form
+// this server handed out before incarnations; or the reference server's two parts with an
+// underscore (read sequence, then offset), which clients write by hand for the start
+// (0000000000000000_0000000000000000). Only ours names a stream.
+var offsetPattern = regexp.MustCompile(`^(?:([0-9]{16})([-_]))?([0-9]{16})$`)
 
-// beyondEnd stands for a two-part offset whose first part is not zero: past every stream's
-// end here, so a read or fork there is refused as one past the end.
-const beyondEnd = producer.Seq(math.MaxInt64)
+// offset is a parsed offset parameter.
+type offset struct {
+	inc int64 // the incarnation that handed it out; 0 for none
+	seq producer.Seq
+	now bool // the tail
+}
 
 // parseOffset reads an offset parameter: -1 (or absent) is the start, now the tail.
-func parseOffset(raw string, present bool) (seq producer.Seq, now bool, err error) {
+func parseOffset(raw string, present bool) (offset, error) {
 	switch {
 	case !present || raw == "-1":
-		return 0, false, nil
+		return offset{}, nil // the start, named by no stream
 	case raw == "now":
-		return 0, true, nil
+		return offset{now: true}, nil
 	}
-	if m := offsetPattern.FindStringSubmatch(raw); m != nil {
-		if strings.Trim(m[1], "0") != "" {
-			return beyondEnd, false, nil
-		}
-		n, err := strconv.ParseInt(m[2], 10, 64)
-		return producer.Seq(n), false, err
+	m := offsetPattern.FindStringSubmatch(raw)
+	if m == nil {
+		return offset{}, fmt.Errorf("offset %q is not an offset this server handed out (16 digits, a hyphen, 16 digits), -1 or now", raw)
 	}
-	return 0, false, fmt.Errorf("offset %q is not an offset this server handed out (16 digits), -1 or now", raw)
+	var o offset
+	first, err := strconv.ParseInt(m[1], 10, 64)
+	switch {
+	case m[1] == "":
+	case err != nil:
+		return offset{}, fmt.Errorf("offset %q: %w", raw, err)
+	case m[2] == "-":
+		o.inc = first
+	case first != 0:
+		// The reference's form past its first read sequence: no offset this server hands out.
+		return offset{}, fmt.Errorf("offset %q is not an offset this server handed out: in the reference server's form, only a read sequence of zeros is taken", raw)
+	}
+	n, err := strconv.ParseInt(m[3], 10, 64)
+	if err != nil {
+		return offset{}, fmt.Errorf("offset %q: %w", raw, err)
+	}
+	o.seq = producer.Seq(n)
+	return o, nil
 }
 
 // mediaType is a content type's type/subtype, lowercased.
@@ -344,6 +370,7 @@ func (s *Server) streamError(w http.ResponseWriter, op string, err error) {
 	var closed *checkpoint.StreamClosedError
 	var perr *checkpoint.ProducerError
 	var ferr *checkpoint.ForkError
+	var oerr *checkpoint.OffsetError
 	switch {
 	case errors.Is(err, checkpoint.ErrStreamNotFound):
 		streamProblem(w, http.StatusNotFound, "no such stream")
@@ -351,6 +378,12 @@ func (s *Server) streamError(w http.ResponseWriter, op string, err error) {
 		streamProblem(w, http.StatusConflict, "this path's stream was deleted while forks of it exist: it cannot be created again until they are gone")
 	case errors.Is(err, checkpoint.ErrStreamGone):
 		streamProblem(w, http.StatusGone, "the stream was deleted; forks of it still exist")
+	case errors.As(err, &oerr):
+		status, detail := http.StatusBadRequest, oerr.Reason
+		if oerr.Gone {
+			status, detail = http.StatusGone, detail+"; read this stream from -1"
+		}
+		streamProblem(w, status, detail)
 	case errors.As(err, &ferr):
 		status := http.StatusBadRequest
 		switch {
@@ -370,7 +403,7 @@ func (s *Server) streamError(w http.ResponseWriter, op string, err error) {
 		streamProblem(w, http.StatusConflict, hSeq+" must increase")
 	case errors.As(err, &closed):
 		w.Header().Set(hClosed, "true")
-		w.Header().Set(hNextOffset, formatOffset(closed.Tail))
+		w.Header().Set(hNextOffset, formatOffset(closed.Incarnation, closed.Tail))
 		streamProblem(w, http.StatusConflict, "the stream is closed")
 	case errors.As(err, &perr):
 		status := http.StatusBadRequest // checkpoint.EpochNotAtZero

@@ -23,7 +23,7 @@ func streamHeader(desc string) *huma.Param {
 // streamsDocResponse is an answer with the protocol's headers named in hs.
 func streamsDocResponse(desc string, content map[string]*huma.MediaType, hs ...string) *huma.Response {
 	all := map[string]string{
-		hNextOffset:                "The offset after this answer's data (16 digits): where the next read starts.",
+		hNextOffset:                "The offset after this answer's data (the stream's incarnation and the position, 16 digits each, joined by a hyphen): where the next read starts.",
 		hUpToDate:                  "true when the answer reaches the stream's current end.",
 		hClosed:                    "true when the stream is closed and the answer reaches its end.",
 		hCursor:                    "A cursor for the next live read (CDN request collapsing).",
@@ -84,7 +84,7 @@ func (s *Server) registerStreamsDoc() {
 			"`live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events " +
 			"(a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.",
 		Parameters: []*huma.Param{pathParam,
-			{Name: "offset", In: "query", Description: "Where to read from: an offset this server handed out, -1, or now.", Schema: strSchema("")},
+			{Name: "offset", In: "query", Description: "Where to read from: an offset this stream (or, up to the fork point, a stream it forked from) handed out, -1, or now.", Schema: strSchema("")},
 			{Name: "live", In: "query", Description: "long-poll or sse.", Schema: &huma.Schema{Type: "string", Enum: []any{"long-poll", "sse"}}},
 			{Name: "cursor", In: "query", Description: "The last Stream-Cursor this client saw.", Schema: strSchema("")},
 			hdr("If-None-Match", "An ETag from an earlier answer for the same range: 304 when nothing changed."),
@@ -95,7 +95,10 @@ func (s *Server) registerStreamsDoc() {
 				hNextOffset, hUpToDate, hClosed, hCursor, hTTL, hExpiresAt, "ETag", "Stream-SSE-Data-Encoding"),
 			"204": streamsDocResponse("A long-poll that timed out at the end (or found the stream closed there).", nil, hNextOffset, hUpToDate, hClosed, hCursor),
 			"304": {Description: "Not modified (If-None-Match matched)."},
-		}, with(map[int]string{http.StatusTooManyRequests: "This instance (or this token's subject) holds its most waiting reads."})),
+		}, with(map[int]string{
+			http.StatusTooManyRequests: "This instance (or this token's subject) holds its most waiting reads.",
+			http.StatusGone:            "The stream was deleted while forks of it exist; or the offset is another stream's, such as the one this path named before it was deleted and created again (also when that happened during a long-poll).",
+		})),
 	})
 	o.AddOperation(&huma.Operation{
 		OperationID: "streamHead", Method: http.MethodHead, Path: path, Tags: []string{streamsTag}, Security: security,

@@ -42,7 +42,8 @@ func TestStreamsForkLifecycle(t *testing.T) {
 
 	r = c.ds("PUT", f, prod, fork(src, "", mid), "")
 	require.Equal(t, http.StatusCreated, r.status, r.body)
-	require.Equal(t, mid, r.h.Get("Stream-Next-Offset"), "a fork keeps its source's offsets")
+	requireOffset(t, offsetSeq(t, mid), r.h.Get("Stream-Next-Offset"), "a fork keeps its source's positions")
+	require.NotEqual(t, mid, r.h.Get("Stream-Next-Offset"), "and names itself in the offsets it hands out")
 	require.Equal(t, "text/plain", r.h.Get("Content-Type"), "the type is inherited")
 	for k := range r.h {
 		require.False(t, strings.HasPrefix(k, "Stream-Fork"), "forks are transparent: no %s", k)
@@ -108,7 +109,8 @@ func TestStreamsForkRefusals(t *testing.T) {
 	}{
 		{"an unknown source", fork("/v1/stream/nope", "", ""), http.StatusNotFound},
 		{"an offset past the end", fork(src, "", "0000000000000099"), http.StatusBadRequest},
-		{"the reference's form past every end", fork(src, "", "0000000000000001_0000000000000000"), http.StatusBadRequest},
+		{"an offset a later stream handed out", fork(src, "", "9999999999999999-0000000000000000"), http.StatusBadRequest},
+		{"the reference's form past its first read sequence", fork(src, "", "0000000000000001_0000000000000000"), http.StatusBadRequest},
 		{"an offset inside an append", fork(src, "", "0000000000000001"), http.StatusBadRequest},
 		{"a malformed offset", fork(src, "", "12"), http.StatusBadRequest},
 		{"another content type", fork(src, "application/json", ""), http.StatusConflict},
@@ -147,11 +149,11 @@ func TestStreamsByteStreams(t *testing.T) {
 	blob := []byte{0x00, 0xff, 0xfe, 'a', 0x80, 0x00}
 	r := c.ds("PUT", p, prod, text("application/octet-stream"), string(blob))
 	require.Equal(t, http.StatusCreated, r.status, r.body)
-	require.Equal(t, "0000000000000006", r.h.Get("Stream-Next-Offset"), "offsets are bytes")
+	requireOffset(t, 6, r.h.Get("Stream-Next-Offset"), "offsets are bytes")
 	require.Equal(t, http.StatusNoContent, c.ds("POST", p, prod, text("application/octet-stream"), "\xc3").status)
 	r = c.ds("GET", p, prod, nil, "")
 	require.Equal(t, append(blob, 0xc3), []byte(r.body), "the bytes come back exactly")
-	require.Equal(t, "0000000000000007", r.h.Get("Stream-Next-Offset"))
+	requireOffset(t, 7, r.h.Get("Stream-Next-Offset"))
 	require.Equal(t, []byte{0x80, 0x00, 0xc3}, []byte(c.ds("GET", p+"?offset=0000000000000004", prod, nil, "").body))
 
 	var views int
@@ -204,9 +206,7 @@ func TestStreamsConcurrentAppendsEachLandOnce(t *testing.T) {
 		for i := range writers {
 			tag := fmt.Sprintf("<%02d>", i)
 			require.Equal(t, 1, strings.Count(body, tag), "%s: %s once", ct, tag)
-			var end int
-			_, err := fmt.Sscanf(ends[i], "%d", &end)
-			require.NoError(t, err)
+			end := offsetSeq(t, ends[i])
 			require.Equal(t, tag, body[end-4:end], "%s: the offset %s answered for %s ends it", ct, ends[i], tag)
 		}
 	}
@@ -271,6 +271,6 @@ func TestStreamsForkUnderConcurrentAppends(t *testing.T) {
 		body := c.ds("GET", f, prod, nil, "").body
 		require.True(t, strings.HasPrefix(whole, body), "%s is a prefix of its source", f)
 		require.Zero(t, len(body)%5, "%s ends at an append's boundary: %q", f, body)
-		require.Equal(t, fmt.Sprintf("%016d", len(body)), tail, "%s answered the offset it copied to", f)
+		requireOffset(t, len(body), tail, "%s answered the offset it copied to", f)
 	}
 }

@@ -40,7 +40,7 @@ func (s *Server) streamHead(w http.ResponseWriter, r *http.Request, path string,
 	}
 	h := w.Header()
 	metaHeaders(h, m)
-	h.Set(hNextOffset, formatOffset(m.Tail))
+	h.Set(hNextOffset, formatOffset(m.Incarnation, m.Tail))
 	h.Set("Cache-Control", "no-store")
 	if m.Closed {
 		h.Set(hClosed, "true")
@@ -52,7 +52,7 @@ func (s *Server) streamHead(w http.ResponseWriter, r *http.Request, path string,
 func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string, c *who) {
 	q := r.URL.Query()
 	raw, present := q.Get("offset"), q.Has("offset")
-	from, now, err := parseOffset(raw, present)
+	o, err := parseOffset(raw, present)
 	if err != nil {
 		streamProblem(w, http.StatusBadRequest, err.Error())
 		return
@@ -74,9 +74,18 @@ func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string,
 		s.streamError(w, "read stream", err)
 		return
 	}
+	from, now := o.seq, o.now
+	own, err := m.Position(o.inc, from)
+	if err != nil {
+		s.streamError(w, "read stream", err)
+		return
+	}
 	if now {
 		from = m.Tail
 	}
+	// The answer names the incarnation of the stream it was read from: when that is no longer
+	// this one, the read ends (streamLongPoll, streamSSE) rather than answer from another.
+	rd := read{path: path, from: from, inc: m.Incarnation, own: own}
 	if from > m.Tail {
 		streamProblem(w, http.StatusBadRequest, "the offset is past the stream's end")
 		return
@@ -104,19 +113,39 @@ func (s *Server) streamRead(w http.ResponseWriter, r *http.Request, path string,
 	}
 	switch live {
 	case "sse":
-		s.streamSSE(w, r, path, from, m)
+		s.streamSSE(w, r, rd, m)
 	case "long-poll":
-		s.streamLongPoll(w, r, path, from)
+		s.streamLongPoll(w, r, rd)
 	default:
-		s.streamCatchUp(w, r, path, from, now)
+		s.streamCatchUp(w, r, rd, now)
 	}
+}
+
+// read is one read request: its stream's path, where it starts, the stream's incarnation when
+// the read began, and whether the request's offset was one that incarnation handed out.
+type read struct {
+	path string
+	from producer.Seq
+	inc  int64
+	own  bool
+}
+
+// errReincarnated: the path was deleted and created again while a read of it went on.
+var errReincarnated = &checkpoint.OffsetError{Gone: true, Reason: "the stream was deleted and created again while this read went on; read the new one from -1"}
+
+// check is a read's next read of the store, refused when it found another incarnation.
+func (rd read) check(m checkpoint.StreamMeta, err error) error {
+	if err == nil && m.Incarnation != rd.inc {
+		return errReincarnated
+	}
+	return err
 }
 
 // etag names a response's range, the stream's incarnation (a path deleted and created again
 // is another stream: its tags must not match the old one's) and whether it reached a closed
 // end.
-func etag(path string, created time.Time, from, to producer.Seq, closed bool) string {
-	t := fmt.Sprintf(`"%x:%x:%d:%d`, hashPath(path), created.UnixNano(), from, to)
+func etag(path string, inc int64, from, to producer.Seq, closed bool) string {
+	t := fmt.Sprintf(`"%x:%x:%d:%d`, hashPath(path), inc, from, to)
 	if closed {
 		t += ":c"
 	}
@@ -136,7 +165,7 @@ func hashPath(p string) uint64 {
 // the reader is (prev, the reader's last read, supplies the rest of the metadata), else the
 // store.
 func (s *Server) liveRead(ctx context.Context, path string, from producer.Seq, prev *checkpoint.StreamMeta, touch bool) (checkpoint.StreamMeta, string, producer.Seq, error) {
-	if a, ok := s.streamChanges.lastAppend(path); ok && prev != nil && a.created.Equal(prev.Created) && a.from == from && (a.to > from || a.closed) {
+	if a, ok := s.streamChanges.lastAppend(path); ok && prev != nil && a.inc == prev.Incarnation && a.from == from && (a.to > from || a.closed) {
 		m := *prev
 		m.Tail, m.Closed = a.to, a.closed
 		return m, a.text, a.to, nil
@@ -149,10 +178,17 @@ func (s *Server) readFrom(ctx context.Context, path string, from producer.Seq, t
 	return s.cfg.Streams.Read(ctx, path, from, streamsReadLimit, touch)
 }
 
-func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, m checkpoint.StreamMeta, text string, end producer.Seq, live, now bool) {
+func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, rd read, m checkpoint.StreamMeta, text string, end producer.Seq, live, now bool) {
 	h := w.Header()
 	metaHeaders(h, m)
-	h.Set(hNextOffset, formatOffset(end))
+	h.Set(hNextOffset, formatOffset(m.Incarnation, end))
+	if !rd.own {
+		// An answer at an offset this stream did not hand out (-1, a hand-written one, an
+		// ancestor's) may be the same request as one another stream at this path answered
+		// once: a cache in front (deploy/nginx-edge.conf.tmpl) must not keep it. Answers at
+		// the stream's own offsets have keys no other stream's share.
+		h.Set("X-Accel-Expires", "0")
+	}
 	upToDate := end >= m.Tail
 	if upToDate {
 		h.Set(hUpToDate, "true")
@@ -168,7 +204,7 @@ func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, path string, 
 		h.Set("Cache-Control", "no-store")
 	} else {
 		h.Set("Cache-Control", "private, max-age=60, stale-while-revalidate=300")
-		tag := etag(path, m.Created, from, end, closed)
+		tag := etag(rd.path, m.Incarnation, rd.from, end, closed)
 		h.Set("ETag", tag)
 		if inm := r.Header.Get("If-None-Match"); inm != "" && inm == tag {
 			w.WriteHeader(http.StatusNotModified)
@@ -181,13 +217,13 @@ func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, path string, 
 	}
 }
 
-func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, now bool) {
-	m, text, end, err := s.readFrom(r.Context(), path, from, true)
-	if err != nil {
+func (s *Server) streamCatchUp(w http.ResponseWriter, r *http.Request, rd read, now bool) {
+	m, text, end, err := s.readFrom(r.Context(), rd.path, rd.from, true)
+	if err := rd.check(m, err); err != nil {
 		s.streamError(w, "read stream", err)
 		return
 	}
-	s.writeRead(w, r, path, from, m, text, end, false, now)
+	s.writeRead(w, r, rd, m, text, end, false, now)
 }
 
 // waiter is one live reader's way of waiting for the stream to move past its offset.
@@ -243,20 +279,21 @@ func (wt *waiter) moved(yes bool) {
 	}
 }
 
-func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path string, from producer.Seq) {
+func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, rd read) {
 	deadline := time.NewTimer(s.cfg.StreamsLongPoll)
 	defer deadline.Stop()
 	var prev *checkpoint.StreamMeta
-	wt := &waiter{s: s, path: path, id: checkpoint.ProtocolMessageID(path), useView: true}
+	from := rd.from
+	wt := &waiter{s: s, path: rd.path, id: checkpoint.ProtocolMessageID(rd.path), useView: true}
 	for touch := true; ; touch = false {
-		m, text, end, err := s.liveRead(r.Context(), path, from, prev, touch)
-		if err != nil {
+		m, text, end, err := s.liveRead(r.Context(), rd.path, from, prev, touch)
+		if err := rd.check(m, err); err != nil {
 			s.streamError(w, "read stream", err)
 			return
 		}
 		prev, wt.binary = &m, m.Binary
 		if end > from {
-			s.writeRead(w, r, path, from, m, text, end, true, false)
+			s.writeRead(w, r, rd, m, text, end, true, false)
 			return
 		}
 		wt.moved(touch)
@@ -264,7 +301,7 @@ func (s *Server) streamLongPoll(w http.ResponseWriter, r *http.Request, path str
 			h := w.Header()
 			metaHeaders(h, m)
 			h.Del("Content-Type")
-			h.Set(hNextOffset, formatOffset(m.Tail))
+			h.Set(hNextOffset, formatOffset(m.Incarnation, m.Tail))
 			h.Set(hUpToDate, "true")
 			if m.Closed {
 				h.Set(hClosed, "true")
@@ -305,7 +342,7 @@ type control struct {
 }
 
 // streamSSE serves an SSE read; m0 is the stream as the read's authorization found it.
-func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, from producer.Seq, m0 checkpoint.StreamMeta) {
+func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, rd read, m0 checkpoint.StreamMeta) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		streamProblem(w, http.StatusInternalServerError, "the connection cannot stream")
@@ -327,11 +364,12 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, 
 	first := true
 	cur := r.URL.Query().Get("cursor")
 	var prev *checkpoint.StreamMeta
+	path, from := rd.path, rd.from
 	wt := &waiter{s: s, path: path, id: checkpoint.ProtocolMessageID(path), useView: true}
 	for touch := true; ; touch = false {
 		m, text, end, err := s.liveRead(ctx, path, from, prev, touch)
-		if err != nil {
-			return // deleted or unreachable: the client reconnects and learns which
+		if rd.check(m, err) != nil {
+			return // deleted (perhaps created again) or unreachable: the client reconnects and learns which
 		}
 		prev, wt.binary = &m, m.Binary
 		wt.moved(touch || end > from || m.Closed)
@@ -346,7 +384,7 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, path string, 
 				}
 				sseEvent(&b, "data", data)
 			}
-			ctl := control{StreamNextOffset: formatOffset(end), UpToDate: upToDate, StreamClosed: closed}
+			ctl := control{StreamNextOffset: formatOffset(m.Incarnation, end), UpToDate: upToDate, StreamClosed: closed}
 			if !closed {
 				cur = cursor(cur)
 				ctl.StreamCursor = cur

@@ -6,6 +6,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +52,29 @@ func (c client) ds(method, path, tok string, header http.Header, body string) ds
 
 func text(ct string) http.Header { return http.Header{"Content-Type": {ct}} }
 
+// offsetPattern is an offset the server hands out: the stream's incarnation (never 0), then
+// the position.
+var offsetPattern = regexp.MustCompile(`^([0-9]{16})-([0-9]{16})$`)
+
+// offsetSeq is the position an offset the server handed out names.
+func offsetSeq(t *testing.T, offset string) int {
+	t.Helper()
+	m := offsetPattern.FindStringSubmatch(offset)
+	require.NotNil(t, m, "%q is not an offset the server hands out", offset)
+	inc, err := strconv.ParseInt(m[1], 10, 64)
+	require.NoError(t, err)
+	require.Positive(t, inc, "%q names no stream", offset)
+	seq, err := strconv.Atoi(m[2])
+	require.NoError(t, err)
+	return seq
+}
+
+// requireOffset: offset is one the server hands out, at seq.
+func requireOffset(t *testing.T, seq int, offset string, msgAndArgs ...any) {
+	t.Helper()
+	require.Equal(t, seq, offsetSeq(t, offset), msgAndArgs...)
+}
+
 // serveStreams serves the protocol with a poll interval longer than any wait in these tests:
 // a reader is woken by its own instance's append or by the view, or not at all.
 func serveStreams(t *testing.T, w *world) client {
@@ -77,14 +102,14 @@ func TestStreamsProtocolRoundTrip(t *testing.T) {
 
 	r := c.ds("PUT", p, prod, text("text/plain"), "héllo 😀")
 	require.Equal(t, http.StatusCreated, r.status, r.body)
-	require.Equal(t, "0000000000000008", r.h.Get("Stream-Next-Offset"), "offsets are UTF-16 units: 😀 is two")
+	requireOffset(t, 8, r.h.Get("Stream-Next-Offset"), "offsets are UTF-16 units: 😀 is two")
 	require.Equal(t, "nosniff", r.h.Get("X-Content-Type-Options"))
 	require.Equal(t, http.StatusOK, c.ds("PUT", p, prod, text("text/plain"), "").status, "the same configuration again: 200")
 	require.Equal(t, http.StatusConflict, c.ds("PUT", p, prod, text("application/json"), "").status, "another configuration: 409")
 
 	r = c.ds("POST", p, prod, text("text/plain"), " wörld")
 	require.Equal(t, http.StatusNoContent, r.status, r.body)
-	require.Equal(t, "0000000000000014", r.h.Get("Stream-Next-Offset"))
+	requireOffset(t, 14, r.h.Get("Stream-Next-Offset"))
 	for _, bad := range []struct {
 		why    string
 		h      http.Header
@@ -121,7 +146,7 @@ func TestStreamsProtocolRoundTrip(t *testing.T) {
 
 	r = c.ds("HEAD", p, prod, nil, "")
 	require.Equal(t, http.StatusOK, r.status)
-	require.Equal(t, "0000000000000014", r.h.Get("Stream-Next-Offset"))
+	requireOffset(t, 14, r.h.Get("Stream-Next-Offset"))
 	require.Equal(t, "no-store", r.h.Get("Cache-Control"))
 
 	r = c.ds("POST", p, prod, http.Header{"Stream-Closed": {"true"}}, "")
@@ -130,7 +155,7 @@ func TestStreamsProtocolRoundTrip(t *testing.T) {
 	r = c.ds("POST", p, prod, text("text/plain"), "late")
 	require.Equal(t, http.StatusConflict, r.status)
 	require.Equal(t, "true", r.h.Get("Stream-Closed"))
-	require.Equal(t, "0000000000000014", r.h.Get("Stream-Next-Offset"))
+	requireOffset(t, 14, r.h.Get("Stream-Next-Offset"))
 	r = c.ds("GET", p+"?offset=0000000000000014", prod, nil, "")
 	require.Equal(t, "true", r.h.Get("Stream-Closed"), "EOF: an empty read at the end of a closed stream")
 	require.NotEqual(t, etag, c.ds("GET", p+"?offset=-1", prod, nil, "").h.Get("ETag"), "the ETag changes with closure")
@@ -289,7 +314,7 @@ func TestStreamsSSEFollowsAppendsLive(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, c.ds("POST", p, prod, http.Header{"Stream-Closed": {"true"}}, "").status)
 	last := readEvent()
 	require.Contains(t, last, `"streamClosed":true`)
-	require.Contains(t, last, `"streamNextOffset":"0000000000000006"`)
+	require.Regexp(t, `"streamNextOffset":"[0-9]{15}[1-9]-0000000000000006"`, last)
 }
 
 // serveWatchedStreams is serveStreams with the instance fed by checkpoint.Protocol.Watch, as
@@ -349,5 +374,5 @@ func TestStreamsLongPollSeesAnotherInstancesByteAppend(t *testing.T) {
 	r = <-got
 	require.Equal(t, http.StatusOK, r.status, "the long-poll on the other instance ended without the append")
 	require.Equal(t, "\xff\x00\xfe", r.body)
-	require.Equal(t, "0000000000000005", r.h.Get("Stream-Next-Offset"))
+	requireOffset(t, 5, r.h.Get("Stream-Next-Offset"))
 }

@@ -92,7 +92,7 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 	}
 	h := w.Header()
 	h.Set("Content-Type", m.ContentType)
-	h.Set(hNextOffset, formatOffset(m.Tail))
+	h.Set(hNextOffset, formatOffset(m.Incarnation, m.Tail))
 	if m.Closed {
 		h.Set(hClosed, "true")
 	}
@@ -141,12 +141,12 @@ func (s *Server) parseFork(r *http.Request, c *who) (*checkpoint.Fork, error) {
 	}
 	f := &checkpoint.Fork{Source: c.key(src)}
 	if len(off) > 0 {
-		seq, now, err := parseOffset(off[0], true)
+		o, err := parseOffset(off[0], true)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", hForkOffset, err)
 		}
-		if !now { // -1 parses as 0, the start; now leaves the default, the tail
-			f.Offset = &seq
+		if !o.now { // -1 parses as 0, the start; now leaves the default, the tail
+			f.Offset, f.OffsetIncarnation = &o.seq, o.inc
 		}
 	}
 	if len(sub) > 0 {
@@ -288,7 +288,7 @@ func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path strin
 		return
 	}
 	h := w.Header()
-	h.Set(hNextOffset, formatOffset(out.Tail))
+	h.Set(hNextOffset, formatOffset(out.Incarnation, out.Tail))
 	if out.Closed {
 		h.Set(hClosed, "true")
 	}
@@ -301,7 +301,7 @@ func (s *Server) streamAppend(w http.ResponseWriter, r *http.Request, path strin
 		}
 	}
 	if !out.Duplicate && !out.AlreadyClosed {
-		s.streamChanges.committed(path, appended{created: out.Created, from: out.From, to: out.Tail, text: in.Text, closed: out.Closed})
+		s.streamChanges.committed(path, appended{inc: out.Incarnation, from: out.From, to: out.Tail, text: in.Text, closed: out.Closed})
 	}
 	w.WriteHeader(status)
 }

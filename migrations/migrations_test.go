@@ -128,3 +128,58 @@ func TestMigrateMovesAnOlderInstall(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM message_chunks").Scan(&left))
 	require.Equal(t, 1, left, "the delete cascaded to a:1's chunks only")
 }
+
+// Migration 007 gives every protocol stream an incarnation, and the forks made before it their
+// lineage: each ancestor's incarnation with the offset up to which the fork shares its data.
+func TestMigrate007GivesForksTheirLineage(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewBareDB(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = migrations.MigrateTo(ctx, conn, 6)
+	require.NoError(t, err)
+	// src (tail 9) ← f, forked at 6 ← g, forked at 8; and a stream with no fork.
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO messages (id, status, seq) VALUES ('ds/src', 'pending', 9), ('ds/f', 'pending', 10), ('ds/g', 'pending', 8), ('ds/alone', 'pending', 0);
+		INSERT INTO ds_streams (path, message_id, content_type) VALUES ('src', 'ds/src', 'text/plain'), ('alone', 'ds/alone', 'text/plain');
+		INSERT INTO ds_streams (path, message_id, content_type, forked_from, fork_offset) VALUES ('f', 'ds/f', 'text/plain', 'src', 6);
+		INSERT INTO ds_streams (path, message_id, content_type, forked_from, fork_offset) VALUES ('g', 'ds/g', 'text/plain', 'f', 8)`)
+	require.NoError(t, err)
+	applied, err := migrations.Migrate(ctx, conn)
+	require.NoError(t, err)
+	require.Contains(t, applied, 7)
+
+	inc := map[string]int64{}
+	lineage := map[string][]int64{}
+	rows, err := db.Pool.Query(ctx, "SELECT path, incarnation, lineage FROM ds_streams")
+	require.NoError(t, err)
+	for rows.Next() {
+		var path string
+		var i int64
+		var l []int64
+		require.NoError(t, rows.Scan(&path, &i, &l))
+		inc[path], lineage[path] = i, l
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, inc, 4)
+	seen := map[int64]bool{}
+	for path, i := range inc {
+		require.Positive(t, i, path)
+		require.False(t, seen[i], "%s: incarnations are unique", path)
+		seen[i] = true
+	}
+	require.Empty(t, lineage["src"])
+	require.Empty(t, lineage["alone"])
+	require.Equal(t, []int64{inc["src"], 6}, lineage["f"])
+	require.Equal(t, []int64{inc["f"], 8, inc["src"], 6}, lineage["g"], "g shares src's data only up to f's fork point")
+
+	var next int64
+	_, err = db.Pool.Exec(ctx, "INSERT INTO messages (id, status, seq) VALUES ('ds/new', 'pending', 0)")
+	require.NoError(t, err)
+	require.NoError(t, db.Pool.QueryRow(ctx, "INSERT INTO ds_streams (path, message_id, content_type) VALUES ('new', 'ds/new', 'text/plain') RETURNING incarnation").Scan(&next))
+	for path, i := range inc {
+		require.Greater(t, next, i, "a stream created later has a greater incarnation than %s", path)
+	}
+}

@@ -100,11 +100,12 @@ func TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart(t *testing.T) {
 	const path, appends = "/v1/stream/room/1", 12
 	readersOf := map[string]int{"a": 60, "b": 20}
 	url := edge.URL + path
-	producers := map[string]string{}
+	producers, incarnation := map[string]string{}, map[string]string{}
 	for tenant := range readersOf {
 		producers[tenant] = edgeToken(t, tenant, "app", "producer", "", 0)
-		status, _, body := edgeDo(t, http.MethodPut, url, producers[tenant], "")
+		status, h, body := edgeDo(t, http.MethodPut, url, producers[tenant], "")
 		require.Equal(t, http.StatusCreated, status, body)
+		incarnation[tenant], _, _ = strings.Cut(h.Get("Stream-Next-Offset"), "-")
 	}
 	part := func(tenant string, k int) string { return fmt.Sprintf("<%s:%02d>", tenant, k) }
 	want := func(tenant string) string {
@@ -191,7 +192,7 @@ func TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart(t *testing.T) {
 
 	// At an offset the cache holds for the owner (the first append's end), another subject of the
 	// same tenant and a token narrowed to another stream get the origin's 404, not the entry.
-	offset := fmt.Sprintf("%016d", len(part("a", 0)))
+	offset := fmt.Sprintf("%s-%016d", incarnation["a"], len(part("a", 0)))
 	for _, tok := range []string{edgeToken(t, "a", "mallory", "", "", 1), edgeToken(t, "a", "app", "", "room/2", 1)} {
 		status, _, body := edgeDo(t, http.MethodGet, url+"?offset="+offset+"&live=long-poll", tok, "")
 		require.Equal(t, http.StatusNotFound, status, body)
@@ -206,4 +207,51 @@ func TestEdgeCacheCollapsesLongPollsAndKeepsTenantsApart(t *testing.T) {
 	text, err := edgetest.Reader{Client: client, URL: url, Token: edgeToken(t, "a", "app", "", "", 99), Want: len("again")}.Read(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, "again", text)
+
+	// Nor is it answered from the entries of the stream the path named before. The cache holds
+	// the answer at the offset where "again" ends (a long-poll there, with data past it); the
+	// path is deleted and created again with a stream of the same length, which gains other
+	// data; a long-poll at the offset the new stream hands out for that end reads the new data.
+	reader := edgeToken(t, "a", "app", "", "", 100)
+	// recreate deletes the path, creates "again" there, appends more, and says where "again" ends.
+	recreate := func(more string) string {
+		status, _, body := edgeDo(t, http.MethodDelete, url, admin, "")
+		require.Equal(t, http.StatusNoContent, status, body)
+		status, h, body := edgeDo(t, http.MethodPut, url, producers["a"], "again")
+		require.Equal(t, http.StatusCreated, status, body)
+		status, _, body = edgeDo(t, http.MethodPost, url, producers["a"], more)
+		require.Equal(t, http.StatusNoContent, status, body)
+		return h.Get("Stream-Next-Offset")
+	}
+	longPoll := func(offset, tok string) (int, http.Header, string) {
+		return edgeDo(t, http.MethodGet, url+"?offset="+offset+"&live=long-poll", tok, "")
+	}
+	oldEnd := recreate("+old")
+	for k := range 2 {
+		status, h, body := longPoll(oldEnd, reader)
+		require.Equal(t, http.StatusOK, status, body)
+		require.Equal(t, "+old", body)
+		if k == 1 {
+			require.Equal(t, "HIT", h.Get("X-Edge-Cache"), "the answer at the old stream's offset was kept")
+		}
+	}
+	newEnd := recreate("+new")
+	status, _, body = longPoll(newEnd, reader)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "+new", body, "a reader of the new stream was answered from the old one's entry")
+	// The old stream's offset, asked of the new stream, is refused: 410. (Asked by the key class
+	// that cached it, within 5 s, it is the old stream's answer, from the cache: a reader of
+	// the old stream reads what the old stream held.)
+	status, _, body = longPoll(oldEnd, producers["a"])
+	require.Equal(t, http.StatusGone, status, body)
+
+	// An offset that names no stream (hand-written, the start's form) is answered, never kept:
+	// the same request once named another stream's position.
+	unnamed := fmt.Sprintf("0000000000000000_%016d", len("again"))
+	for range 2 {
+		status, h, body := longPoll(unnamed, reader)
+		require.Equal(t, http.StatusOK, status, body)
+		require.Equal(t, "+new", body)
+		require.Equal(t, "MISS", h.Get("X-Edge-Cache"), "an answer at an offset naming no stream was kept")
+	}
 }

@@ -431,7 +431,7 @@ type ViewOutputBodyStatus string
 
 // StreamReadParams defines parameters for StreamRead.
 type StreamReadParams struct {
-	// Offset Where to read from: an offset this server handed out, -1, or now.
+	// Offset Where to read from: an offset this stream (or, up to the fork point, a stream it forked from) handed out, -1, or now.
 	Offset *string `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Live long-poll or sse.
