@@ -51,17 +51,11 @@ type EdgeAuthConfig struct {
 
 // NewEdgeAuth checks cfg.
 func NewEdgeAuth(cfg EdgeAuthConfig) (*EdgeAuth, error) {
-	if cfg.Verifier == nil {
-		if len(cfg.Secret) < 32 {
-			return nil, &ConfigError{Field: "Secret", Reason: "must be at least 32 bytes (or set Verifier)"}
-		}
-		v, err := auth.New(context.Background(), auth.Config{Issuers: []auth.Issuer{auth.LocalIssuer(cfg.Secret)}, Now: time.Now})
-		if err != nil {
-			return nil, err
-		}
-		cfg.Verifier = v
+	v, err := verifierOf(cfg.Verifier, cfg.Secret, time.Now)
+	if err != nil {
+		return nil, err
 	}
-	return &EdgeAuth{verifier: cfg.Verifier}, nil
+	return &EdgeAuth{verifier: v}, nil
 }
 
 func (e *EdgeAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -105,4 +99,20 @@ func edgeKey(c *who, method string, u *url.URL) (string, bool) {
 		return key + "&p", true
 	}
 	return key + "&s=" + url.QueryEscape(c.p.Subject), true
+}
+
+// verifierOf is the token verifier of a Server's or an EdgeAuth's settings: v when set, else one
+// taking the HS256 tokens of secret (at least 32 bytes), checked against now.
+func verifierOf(v TokenVerifier, secret []byte, now func() time.Time) (TokenVerifier, error) {
+	if v != nil {
+		return v, nil
+	}
+	if len(secret) < 32 {
+		return nil, &ConfigError{Field: "Secret", Reason: "must be at least 32 bytes (or set Verifier)"}
+	}
+	local, err := auth.New(context.Background(), auth.Config{Issuers: []auth.Issuer{auth.LocalIssuer(secret)}, Now: now})
+	if err != nil {
+		return nil, err
+	}
+	return local, nil
 }

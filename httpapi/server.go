@@ -157,8 +157,6 @@ func New(cfg Config) (*Server, error) {
 		return nil, &ConfigError{Field: "View", Reason: "is required"}
 	case cfg.Messages == nil:
 		return nil, &ConfigError{Field: "Messages", Reason: "is required (a *checkpoint.Catalog)"}
-	case cfg.Verifier == nil && len(cfg.Secret) < 32:
-		return nil, &ConfigError{Field: "Secret", Reason: "must be at least 32 bytes (or set Verifier)"}
 	case cfg.MaxBodyBytes < 0:
 		return nil, &ConfigError{Field: "MaxBodyBytes", Reason: "must not be negative"}
 	case cfg.MaxIngestBytes < 0:
@@ -216,14 +214,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), now: time.Now,
 		waiting: &waiters{perSubject: map[string]int{}, max: cfg.MaxEventStreams, each: cfg.MaxEventStreamsPerSubject}}
-	if s.cfg.Verifier == nil {
-		v, err := auth.New(context.Background(), auth.Config{Issuers: []auth.Issuer{auth.LocalIssuer(cfg.Secret)},
-			Now: func() time.Time { return s.now() }})
-		if err != nil {
-			return nil, err
-		}
-		s.cfg.Verifier = v
+	v, err := verifierOf(cfg.Verifier, cfg.Secret, func() time.Time { return s.now() })
+	if err != nil {
+		return nil, err
 	}
+	s.cfg.Verifier = v
 	hc := huma.DefaultConfig("Rindle streams", "1.0.0")
 	hc.Info.Description = "Durable, resumable language-model answers: every delta fanned out live, checkpointed into Postgres, one offset (`seq`, in UTF-16 code units) across both."
 	hc.Info.License = &huma.License{Name: "Apache-2.0", URL: "https://www.apache.org/licenses/LICENSE-2.0"}
