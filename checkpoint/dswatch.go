@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ByteStreamChannel is the PostgreSQL notification channel a byte stream's append (or close)
-// notifies, with the stream's path as the payload, in the append's own transaction: the
+// ByteStreamChannel is the PostgreSQL notification channel a byte stream's append, close or
+// removal (a delete, or the reaper's) notifies, with the stream's path as the payload, in the append's own transaction: the
 // notification is delivered to listeners only if, and once, the append commits. A text stream
 // needs none: its append reaches every instance through the CDC reader and the view.
 const ByteStreamChannel = "rindle_ds_bytes"
@@ -19,7 +19,7 @@ const ByteStreamChannel = "rindle_ds_bytes"
 // than 8000 bytes). A longer path is not notified; its readers on other instances poll.
 const maxNotifyPayload = 7999
 
-// Watch listens for byte-stream appends committed by any instance and calls changed with each
+// Watch listens for byte-stream appends, closes and removals committed by any instance and calls changed with each
 // stream's path, from one goroutine, until ctx ends; then it returns ctx's cause. The LISTEN
 // holds a connection of its own, taken out of the pool (which may open another in its place).
 // Each time it (re)starts listening it calls changed(""): anything may have moved while it was

@@ -378,12 +378,18 @@ func (s *schema) lockMeta(ctx context.Context, tx pgx.Tx, path string) (StreamMe
 
 // removeStream deletes a stream whose row the transaction holds locked: soft when forks of it
 // exist (its data and producers go, its row stays with deleted_at), else the row goes, and then
-// every soft-deleted ancestor that this was the last fork of. soft reports which.
+// every soft-deleted ancestor that this was the last fork of. soft reports which. A byte
+// stream's removal notifies ByteStreamChannel, so its readers on other instances hear of it.
 func (s *schema) removeStream(ctx context.Context, tx pgx.Tx, m StreamMeta) (soft bool, err error) {
 	fail := func(err error) error { return fmt.Errorf("checkpoint: delete stream %s: %w", m.Path, err) }
 	forks, err := hasForks(ctx, tx, m.Path)
 	if err != nil {
 		return false, fail(err)
+	}
+	if m.Binary && len(m.Path) <= maxNotifyPayload {
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", ByteStreamChannel, m.Path); err != nil {
+			return false, fail(err)
+		}
 	}
 	if forks {
 		return true, s.softDelete(ctx, tx, m, fail)

@@ -216,6 +216,9 @@ func TestWatchHearsByteStreamAppendsFromAnotherInstance(t *testing.T) {
 	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "application/octet-stream", Close: true, SameType: same})
 	require.NoError(t, err)
 	require.Equal(t, "bytes", next("the close was never heard"), "a close is heard too, after the reconnect")
+	require.NoError(t, writer.Delete(ctx, "text"))
+	require.NoError(t, writer.Delete(ctx, "bytes"))
+	require.Equal(t, "bytes", next("the delete was never heard"), "a byte stream's delete is heard (a text stream's reaches other instances through the view)")
 
 	stop()
 	require.ErrorIs(t, <-watched, context.Canceled)

@@ -247,7 +247,10 @@ func (wt *waiter) wait(ctx context.Context, from producer.Seq, deadline <-chan t
 	if wt.useView && !wt.binary {
 		go func() {
 			_, err := wt.s.cfg.View.WaitFunc(vctx, wt.id, func(m ivm.Message) bool { return m.Seq > from || m.Status.Terminal() })
-			if err == nil {
+			// The view found the message moved, or could not find it (deleted, perhaps on
+			// another instance): either way the store says what the reader gets. A wake that
+			// brings nothing stops the view's use (moved), so an error that persists is no loop.
+			if err == nil || vctx.Err() == nil {
 				close(viewed)
 			}
 		}()

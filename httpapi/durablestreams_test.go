@@ -355,24 +355,51 @@ func TestStreamsLongPollSeesAnotherInstancesByteAppend(t *testing.T) {
 	octets := text("application/octet-stream")
 	r := a.ds("PUT", p, prod, octets, "\x00\x01")
 	require.Equal(t, http.StatusCreated, r.status)
-	tail := r.h.Get("Stream-Next-Offset")
-	got := make(chan dsReply, 1)
-	go func() {
-		for { // a 429 here is the probe below holding the slot for a moment
-			if r := b.ds("GET", p+"?live=long-poll&offset="+tail, prod, nil, ""); r.status != http.StatusTooManyRequests {
-				got <- r
-				return
-			}
-		}
-	}()
-	// The long-poll holds the subject's one waiting read, so a probe gets 429 once it is in
-	// flight. The probe reads from the start, so when it does get the slot it answers at once.
-	require.Eventually(t, func() bool {
-		return b.ds("GET", p+"?live=long-poll&offset=-1", prod, nil, "").status == http.StatusTooManyRequests
-	}, time.Minute, 5*time.Millisecond, "the long-poll never started waiting")
+	got := waitingLongPoll(t, b, p, r.h.Get("Stream-Next-Offset"), prod)
 	require.Equal(t, http.StatusNoContent, a.ds("POST", p, prod, octets, "\xff\x00\xfe").status)
 	r = <-got
 	require.Equal(t, http.StatusOK, r.status, "the long-poll on the other instance ended without the append")
 	require.Equal(t, "\xff\x00\xfe", r.body)
 	requireOffset(t, 5, r.h.Get("Stream-Next-Offset"))
+}
+
+// A stream deleted on one instance ends the long-polls waiting on it on another at once: 404,
+// not the 204 of their deadline (30 s) or the poll's (an hour). A byte stream's delete notifies
+// (checkpoint.ByteStreamChannel); a text stream's reaches the view through CDC, whose dropped
+// entry wakes the waiter.
+func TestStreamsLongPollHearsAnotherInstancesDelete(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	a, b := serveStreams(t, w), serveWatchedStreams(t, w)
+	prod := token(t, "svc", "producer admin")
+	for _, ct := range []string{"text/plain", "application/octet-stream"} {
+		p := "/v1/stream/gone-" + strings.ReplaceAll(ct, "/", "-")
+		r := a.ds("PUT", p, prod, text(ct), "x")
+		require.Equal(t, http.StatusCreated, r.status)
+		got := waitingLongPoll(t, b, p, r.h.Get("Stream-Next-Offset"), prod)
+		require.Equal(t, http.StatusNoContent, a.ds("DELETE", p, prod, nil, "").status)
+		r = <-got
+		require.Equal(t, http.StatusNotFound, r.status, "%s: the long-poll on the other instance did not hear of the delete: %s", ct, r.body)
+	}
+}
+
+// waitingLongPoll starts a long-poll of path at offset on c (served by serveWatchedStreams,
+// which lets a subject hold one waiting read) and returns once it is in flight: the long-poll
+// holds the subject's one waiting read, so a probe gets 429. The probe reads from the start,
+// so when it does get the slot it answers at once.
+func waitingLongPoll(t *testing.T, c client, path, offset, tok string) <-chan dsReply {
+	t.Helper()
+	got := make(chan dsReply, 1)
+	go func() {
+		for { // a 429 here is the probe below holding the slot for a moment
+			if r := c.ds("GET", path+"?live=long-poll&offset="+offset, tok, nil, ""); r.status != http.StatusTooManyRequests {
+				got <- r
+				return
+			}
+		}
+	}()
+	require.Eventually(t, func() bool {
+		return c.ds("GET", path+"?live=long-poll&offset=-1", tok, nil, "").status == http.StatusTooManyRequests
+	}, time.Minute, 5*time.Millisecond, "the long-poll never started waiting")
+	return got
 }
