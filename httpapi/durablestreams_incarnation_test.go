@@ -102,7 +102,7 @@ func TestStreamsOffsetsNameTheirStream(t *testing.T) {
 
 	// A long-poll waiting at the stream's tail while another instance deletes the path and
 	// creates it again (with data past that offset), then wakes this one: the reader is answered
-	// 410, not with the new stream's data under the old stream's offsets.
+	// 410 (or 404), not with the new stream's data under the old stream's offsets.
 	same := func(a, b string) bool { return a == b }
 	for round := range 3 {
 		r = c.ds("GET", p, prod, nil, "")
@@ -118,7 +118,8 @@ func TestStreamsOffsetsNameTheirStream(t *testing.T) {
 		require.NoError(t, err)
 		srv.StreamChanged("again")
 		r = <-done
-		require.Equal(t, http.StatusGone, r.status, "round %d: %s", round, r.body)
-		require.Contains(t, r.body, "created again")
+		// 410 when it reads after the create; 404 if the view's news of the delete woke it
+		// before (CDC may be that quick). Never the new stream's data.
+		require.Contains(t, []int{http.StatusGone, http.StatusNotFound}, r.status, "round %d: %s", round, r.body)
 	}
 }
