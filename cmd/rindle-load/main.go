@@ -230,11 +230,47 @@ func run(ctx context.Context, c config) error {
 	}
 	fmt.Printf("\n%-60s %12s %12s %12s   (%d runs)\n", "figure", "min", "median", "max", c.runs)
 	for _, name := range order {
-		v := slices.Clone(figures[name])
-		slices.Sort(v)
-		fmt.Printf("%-60s %12.3f %12.3f %12.3f\n", name, v[0], v[len(v)/2], v[len(v)-1])
+		lo, mid, hi := spread(figures[name])
+		fmt.Printf("%-60s %12.3f %12.3f %12.3f\n", name, lo, mid, hi)
 	}
+	printRatios(os.Stdout, figures, order)
 	return nil
+}
+
+// spread is the min, median and max of v.
+func spread(v []float64) (lo, mid, hi float64) {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[0], v[len(v)/2], v[len(v)-1]
+}
+
+// printRatios prints rindled's figures divided by each floor's, taken within each repetition
+// (the two ran side by side in it), then their min / median / max across the repetitions.
+func printRatios(w io.Writer, figures map[string][]float64, order []string) {
+	header := false
+	for _, prefix := range []string{"[floor] ", "[direct floor] "} {
+		for _, name := range order {
+			ours, theirs := figures[name], figures[prefix+name]
+			if strings.HasPrefix(name, "[") || len(theirs) == 0 || len(theirs) != len(ours) {
+				continue
+			}
+			ratios := make([]float64, 0, len(ours))
+			for i := range ours {
+				if theirs[i] != 0 {
+					ratios = append(ratios, ours[i]/theirs[i])
+				}
+			}
+			if len(ratios) == 0 {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(w, "\n%-60s %12s %12s %12s\n", "rindled ÷ floor, within each run", "min", "median", "max")
+				header = true
+			}
+			lo, mid, hi := spread(ratios)
+			fmt.Fprintf(w, "%-60s %12.3f %12.3f %12.3f\n", name+" ÷ "+strings.TrimSpace(prefix), lo, mid, hi)
+		}
+	}
 }
 
 var listening = regexp.MustCompile(`url=(http://\S+)`)
