@@ -1,10 +1,12 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -37,6 +39,8 @@ import (
 type Protocol struct {
 	pool *pgxpool.Pool
 	*schema
+	appends *batcher[appendJob] // nil: every append is a transaction of its own
+	grouped atomic.Int64        // appends committed in a transaction with others
 	// afterHead, set by tests only, runs in Read between its metadata read and its data read.
 	afterHead func()
 }
@@ -53,6 +57,14 @@ type ProtocolConfig struct {
 	// ds_producers, ds_bytes) keep their names: the project's migrations create them for the
 	// default schema, ProtocolTablesDDL for a mapped one.
 	Tables *Tables
+	// Writers is how many append transactions run at once. Appends that arrive while they all
+	// run wait and go together in the next one, up to MaxGroup, one per stream (group commit:
+	// appends to different streams share a transaction and its WAL flush). Zero means
+	// DefaultWriters.
+	Writers int
+	// MaxGroup bounds the appends one transaction commits. Zero means DefaultMaxGroup; 1 turns
+	// group commit off: every append is its own transaction, run as soon as it comes.
+	MaxGroup int
 }
 
 // NewProtocol returns the protocol store.
@@ -60,11 +72,21 @@ func NewProtocol(cfg ProtocolConfig) (*Protocol, error) {
 	if cfg.Pool == nil {
 		return nil, &ConfigError{Field: "Pool", Reason: "is required"}
 	}
+	if cfg.Writers < 0 {
+		return nil, &ConfigError{Field: "Writers", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.Writers)}
+	}
+	if cfg.MaxGroup < 0 {
+		return nil, &ConfigError{Field: "MaxGroup", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.MaxGroup)}
+	}
 	t, err := ResolveTables(cfg.Tables)
 	if err != nil {
 		return nil, err
 	}
-	return &Protocol{pool: cfg.Pool, schema: newSchema(t)}, nil
+	p := &Protocol{pool: cfg.Pool, schema: newSchema(t)}
+	if group := cmp.Or(cfg.MaxGroup, DefaultMaxGroup); group > 1 {
+		p.appends = &batcher[appendJob]{max: cmp.Or(cfg.Writers, DefaultWriters), batch: group, key: appendKey, run: p.runAppends}
+	}
+	return p, nil
 }
 
 // schema is the protocol store's statements on the app's message and chunk tables, in their
@@ -818,9 +840,13 @@ func (p *Protocol) Delete(ctx context.Context, path string) error {
 // pipeline begins it, locks the stream's row and reads what the checks need (the stream, its
 // closure and writer sequence, the producer's state, locked); the other carries the writes
 // and the COMMIT. A request refused after the reads rolls back, having written nothing.
+//
+// Appends to different streams that come while Writers transactions run share the next one
+// (runAppends): the same reads and writes, and the same answers, with one BEGIN, one COMMIT
+// and one WAL flush for all.
 func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutcome, err error) {
 	for range 3 {
-		out, err = p.appendOnce(ctx, in)
+		out, err = p.appendGrouped(ctx, in)
 		if !errors.Is(err, errExpired) {
 			return out, err
 		}
@@ -857,15 +883,22 @@ func (p *Protocol) appendOnce(ctx context.Context, in AppendStream) (out AppendO
 			}
 		}
 	}
-	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
-		// Refused, failed, or nothing to write: nothing of it stays.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil && err == nil {
-			err = fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, rerr)
-		}
+	if rerr := rollbackOpen(ctx, conn); rerr != nil && err == nil {
+		err = fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, rerr)
 	}
 	return out, err
+}
+
+// rollbackOpen rolls back the transaction conn is still in, if any (refused, failed, or nothing
+// to write: nothing of it stays), even when ctx has ended.
+func rollbackOpen(ctx context.Context, conn *pgxpool.Conn) error {
+	if conn.Conn().PgConn().TxStatus() == 'I' || conn.Conn().IsClosed() {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, err := conn.Exec(rctx, "ROLLBACK")
+	return err
 }
 
 // rollbackTimeout bounds the ROLLBACK of a refused append, which runs even when the caller's
@@ -887,35 +920,46 @@ type appendState struct {
 }
 
 // readAppendState begins the transaction and reads, in one pipeline: the stream's row lock
-// first, then (each in a statement of its own, as lockMeta explains) the stream, its closure
-// and writer sequence, and the producer's state, locked.
+// first, then what the checks need (queueAppendReads).
 func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in AppendStream) (st appendState, err error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SELECT 1 FROM ds_streams WHERE path = $1 FOR UPDATE", in.Path)
-	b.Queue(s.meta, in.Path)
-	b.Queue("SELECT closed_by, closed_epoch, closed_seq, stream_seq FROM ds_streams WHERE path = $1", in.Path)
-	if in.Producer != nil {
-		b.Queue("SELECT epoch, last_seq FROM ds_producers WHERE path = $1 AND producer_id = $2 FOR UPDATE", in.Path, in.Producer.ID)
-	}
+	s.queueAppendReads(b, in)
 	br := conn.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("checkpoint: read stream %s: %w", in.Path, cerr)
 		}
 	}()
-	fail := func(err error) error { return fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err) }
 	for range 2 { // BEGIN, the lock
 		if _, err := br.Exec(); err != nil {
-			return st, fail(err)
+			return st, fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err)
 		}
 	}
+	return s.scanAppendReads(br, in)
+}
+
+// queueAppendReads queues what an append's checks read once its stream's row is locked, each
+// in a statement of its own (as lockMeta explains): the stream, its closure and writer
+// sequence, and the producer's state, locked.
+func (s *schema) queueAppendReads(b *pgx.Batch, in AppendStream) {
+	b.Queue(s.meta, in.Path)
+	b.Queue("SELECT closed_by, closed_epoch, closed_seq, stream_seq FROM ds_streams WHERE path = $1", in.Path)
+	if in.Producer != nil {
+		b.Queue("SELECT epoch, last_seq FROM ds_producers WHERE path = $1 AND producer_id = $2 FOR UPDATE", in.Path, in.Producer.ID)
+	}
+}
+
+// scanAppendReads reads queueAppendReads's results: ErrStreamNotFound, ErrStreamGone or
+// errExpired for a stream the append cannot go to.
+func (s *schema) scanAppendReads(br pgx.BatchResults, in AppendStream) (st appendState, err error) {
 	m, expired, gone, err := scanMeta(br.QueryRow())
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return st, ErrStreamNotFound
 	case err != nil:
-		return st, fail(err)
+		return st, fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err)
 	case gone:
 		return st, ErrStreamGone
 	case expired:
@@ -923,7 +967,7 @@ func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in App
 	}
 	st.meta = m
 	if err := br.QueryRow().Scan(&st.closedBy, &st.closedEpoch, &st.closed, &st.streamSeq); err != nil {
-		return st, fail(err)
+		return st, fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err)
 	}
 	if in.Producer != nil {
 		err := br.QueryRow().Scan(&st.producerEpoch, &st.producerAt)

@@ -9,9 +9,9 @@ import (
 // PendingWrites is how many checkpoints wait for a group-commit slot: tests wait on it instead
 // of sleeping.
 func PendingWrites(s *Store) int {
-	s.group.mu.Lock()
-	defer s.group.mu.Unlock()
-	return len(s.group.pending)
+	s.group.b.mu.Lock()
+	defer s.group.b.mu.Unlock()
+	return len(s.group.b.pending)
 }
 
 // DeleteInTx runs Delete's work for path in tx, for tests that interleave it with another
@@ -28,3 +28,13 @@ func DeleteInTx(ctx context.Context, p *Protocol, tx pgx.Tx, path string) error 
 // SetAfterHead makes fn run in every Read between its metadata read and its data read, for
 // tests that change the stream there.
 func SetAfterHead(p *Protocol, fn func()) { p.afterHead = fn }
+
+// PendingAppends is how many appends wait for a group-commit slot.
+func PendingAppends(p *Protocol) int {
+	p.appends.mu.Lock()
+	defer p.appends.mu.Unlock()
+	return len(p.appends.pending)
+}
+
+// GroupedAppends is how many appends committed in a transaction with others.
+func GroupedAppends(p *Protocol) int64 { return p.grouped.Load() }

@@ -45,103 +45,118 @@ func (e *StatementError) Error() string {
 
 func (e *StatementError) Unwrap() error { return e.Err }
 
-// groupCommit is the Store's group commit of checkpoints. At most max transactions run at
-// once; a checkpoint that arrives while they all run waits, and the next transaction takes
-// every waiting checkpoint (up to batch) with it. A quiet store so commits each checkpoint
-// alone and at once, exactly as before; a busy one commits many per transaction, one round
-// trip and one WAL flush for all, which is what lets many streams on a small pool keep up.
-//
-// It keeps the durable plane's honesty: a checkpoint is confirmed only by its own row from a
-// transaction that committed. A statement the server refuses fails only its own checkpoint:
-// the others, which rolled back with it, are committed again without it. Any other failure
-// goes to every checkpoint of the transaction, whose Store read-back tells what happened.
+// batcher is a group commit: writers taking turns at a few transactions. At most max
+// transactions run at once; an item that arrives while they all run waits, and the next
+// transaction takes every waiting item (up to batch, and, when key is set, at most one item per
+// key) with it. A quiet batcher so runs each item alone and at once; a busy one runs many per
+// transaction, one round trip and one WAL flush for all.
 //
 // There is no goroutine of its own: the first writer to find a free slot leads (runs a
-// transaction), and when it is done it hands the slot to the first writer still waiting.
-type groupCommit struct {
-	db    DB
-	rows  RowsWriter
+// transaction of its item and the waiting ones), and when it is done it hands the slot to the
+// first writer still waiting. run must end every item of its batch (batchItem.end).
+type batcher[T any] struct {
 	max   int // transactions at once
-	batch int // writes per transaction
+	batch int // items per transaction
+	key   func(*T) string
+	run   func(batch []*batchItem[T])
 
 	mu      sync.Mutex
 	active  int
-	pending []*groupWrite
+	pending []*batchItem[T]
 }
 
-type groupWrite struct {
+type batchItem[T any] struct {
 	ctx  context.Context
-	w    RowWrite
+	v    T
 	err  error
-	wake chan bool // false: err is set; true: this write's goroutine leads the next transaction
+	wake chan bool // false: ended (err is set); true: this item's goroutine leads the next transaction
 	led  bool      // handed the lead (under mu)
 }
 
-// write runs one writing statement like DB.WriteRow, possibly in one transaction with others.
-func (g *groupCommit) write(ctx context.Context, sql string, args []any, dest ...any) error {
-	if g.rows == nil {
-		return g.db.WriteRow(ctx, sql, args, dest...)
-	}
-	r := &groupWrite{ctx: ctx, w: RowWrite{SQL: sql, Args: args, Dest: dest}, wake: make(chan bool, 1)}
+// end sets the item's outcome and lets its writer go.
+func (it *batchItem[T]) end(err error) {
+	it.err = err
+	it.wake <- false
+}
+
+// do runs v in a transaction, possibly with others, and returns what run ended it with. A
+// caller whose ctx ends while its item waits is let go with ctx's cause, its item not run; once
+// the item is in a transaction, it returns with ctx's cause too, the outcome unknown to it.
+func (g *batcher[T]) do(ctx context.Context, v T) (T, error) {
+	it := &batchItem[T]{ctx: ctx, v: v, wake: make(chan bool, 1)}
 	g.mu.Lock()
 	if g.active < g.max {
 		g.active++
 		g.mu.Unlock()
-		g.lead(r)
-		return r.err
+		g.lead(it)
+		return it.v, it.err
 	}
-	g.pending = append(g.pending, r)
+	g.pending = append(g.pending, it)
 	g.mu.Unlock()
 	select {
-	case lead := <-r.wake:
+	case lead := <-it.wake:
 		if lead {
-			g.lead(r)
+			g.lead(it)
 		}
-		return r.err
+		return it.v, it.err
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
-	if i := slices.Index(g.pending, r); i >= 0 {
+	if i := slices.Index(g.pending, it); i >= 0 {
 		g.pending = slices.Delete(g.pending, i, i+1)
 		g.mu.Unlock()
-		return context.Cause(ctx)
+		return v, context.Cause(ctx)
 	}
-	led := r.led
+	led := it.led
 	g.mu.Unlock()
 	if led {
-		// Handed the slot just as this context ended: the writes still waiting need a leader.
-		<-r.wake
+		// Handed the slot just as this context ended: the items still waiting need a leader.
+		<-it.wake
 		g.lead(nil)
 	}
-	// Otherwise the write is in a transaction that may still commit: returning without its
-	// reply is the lost reply the Store's read-back resolves.
-	return context.Cause(ctx)
+	// Otherwise the item is in a transaction that may still commit: returning without its
+	// outcome (v as given: the transaction may still be writing it.v) is a lost reply, which
+	// the caller must be able to resolve.
+	return v, context.Cause(ctx)
 }
 
-// lead runs one transaction of r (when not nil) and the writes waiting, then hands the slot on.
-func (g *groupCommit) lead(r *groupWrite) {
+// lead runs one transaction of it (when not nil) and the items waiting, then hands the slot on.
+func (g *batcher[T]) lead(it *batchItem[T]) {
 	g.mu.Lock()
-	batch := make([]*groupWrite, 0, min(g.batch, len(g.pending)+1))
-	if r != nil {
-		batch = append(batch, r)
+	batch := make([]*batchItem[T], 0, min(g.batch, len(g.pending)+1))
+	var keys map[string]bool
+	if g.key != nil {
+		keys = map[string]bool{}
 	}
-	taken := 0
+	if it != nil {
+		batch = append(batch, it)
+		if keys != nil {
+			keys[g.key(&it.v)] = true
+		}
+	}
+	left := g.pending[:0]
 	for _, w := range g.pending {
-		if len(batch) == g.batch {
-			break
-		}
-		taken++
-		if w.ctx.Err() == nil { // a write whose caller left is not run
+		switch {
+		case len(batch) == g.batch:
+			left = append(left, w)
+		case w.ctx.Err() != nil: // an item whose caller left is not run
+			w.end(context.Cause(w.ctx))
+		case keys != nil && keys[g.key(&w.v)]:
+			left = append(left, w) // the next transaction's: this one has an item of its key
+		default:
+			if keys != nil {
+				keys[g.key(&w.v)] = true
+			}
 			batch = append(batch, w)
-		} else {
-			w.err = context.Cause(w.ctx)
-			w.wake <- false
 		}
 	}
-	g.pending = slices.Delete(g.pending, 0, taken)
+	clear(g.pending[len(left):])
+	g.pending = left
 	g.mu.Unlock()
 
-	g.run(batch)
+	if len(batch) > 0 {
+		g.run(batch)
+	}
 
 	g.mu.Lock()
 	if len(g.pending) > 0 {
@@ -155,50 +170,10 @@ func (g *groupCommit) lead(r *groupWrite) {
 	g.mu.Unlock()
 }
 
-// run commits the writes in one transaction and sets each one's outcome.
-func (g *groupCommit) run(batch []*groupWrite) {
-	for len(batch) > 0 {
-		if len(batch) == 1 {
-			w := batch[0]
-			w.err = g.db.WriteRow(w.ctx, w.w.SQL, w.w.Args, w.w.Dest...)
-			w.wake <- false
-			return
-		}
-		ctx, stop := batchContext(batch)
-		writes := make([]RowWrite, len(batch))
-		for i, w := range batch {
-			writes[i] = w.w
-		}
-		err := g.rows.WriteRows(ctx, writes)
-		stop()
-		var refused *StatementError
-		if errors.As(err, &refused) && refused.Index >= 0 && refused.Index < len(batch) {
-			// Nothing applied: the refused write gets its error, the others go again.
-			w := batch[refused.Index]
-			w.err = refused.Err
-			w.wake <- false
-			batch = slices.Delete(batch, refused.Index, refused.Index+1)
-			continue
-		}
-		for i, w := range batch {
-			switch {
-			case err != nil:
-				w.err = fmt.Errorf("group commit of %d checkpoints: %w", len(batch), err)
-			case writes[i].NoRow:
-				w.err = pgx.ErrNoRows
-			default:
-				w.err = nil
-			}
-			w.wake <- false
-		}
-		return
-	}
-}
-
 // batchContext is the context of one transaction shared by several writers: it ends when every
 // writer's context has ended, not when the first has, so one caller leaving cannot abort the
-// others' checkpoints.
-func batchContext(batch []*groupWrite) (context.Context, func()) {
+// others' writes.
+func batchContext[T any](batch []*batchItem[T]) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(batch[0].ctx))
 	var left atomic.Int64
 	left.Store(int64(len(batch)))
@@ -215,5 +190,71 @@ func batchContext(batch []*groupWrite) (context.Context, func()) {
 			stop()
 		}
 		cancel(nil)
+	}
+}
+
+// groupCommit is the Store's group commit of checkpoints (a batcher of row writes).
+//
+// It keeps the durable plane's honesty: a checkpoint is confirmed only by its own row from a
+// transaction that committed. A statement the server refuses fails only its own checkpoint:
+// the others, which rolled back with it, are committed again without it. Any other failure
+// goes to every checkpoint of the transaction, whose Store read-back tells what happened.
+type groupCommit struct {
+	db   DB
+	rows RowsWriter
+	b    batcher[RowWrite]
+}
+
+func newGroupCommit(db DB, writers, batch int) *groupCommit {
+	g := &groupCommit{db: db}
+	g.b = batcher[RowWrite]{max: writers, batch: batch, run: g.run}
+	if rw, ok := db.(RowsWriter); ok && batch > 1 {
+		g.rows = rw
+	}
+	return g
+}
+
+// write runs one writing statement like DB.WriteRow, possibly in one transaction with others.
+func (g *groupCommit) write(ctx context.Context, sql string, args []any, dest ...any) error {
+	if g.rows == nil {
+		return g.db.WriteRow(ctx, sql, args, dest...)
+	}
+	_, err := g.b.do(ctx, RowWrite{SQL: sql, Args: args, Dest: dest})
+	return err
+}
+
+// run commits the writes in one transaction and ends each one.
+func (g *groupCommit) run(batch []*batchItem[RowWrite]) {
+	for len(batch) > 0 {
+		if len(batch) == 1 {
+			w := batch[0]
+			w.end(g.db.WriteRow(w.ctx, w.v.SQL, w.v.Args, w.v.Dest...))
+			return
+		}
+		ctx, stop := batchContext(batch)
+		writes := make([]RowWrite, len(batch))
+		for i, w := range batch {
+			writes[i] = w.v
+		}
+		err := g.rows.WriteRows(ctx, writes)
+		stop()
+		var refused *StatementError
+		if errors.As(err, &refused) && refused.Index >= 0 && refused.Index < len(batch) {
+			// Nothing applied: the refused write gets its error, the others go again.
+			batch[refused.Index].end(refused.Err)
+			batch = slices.Delete(batch, refused.Index, refused.Index+1)
+			continue
+		}
+		for i, w := range batch {
+			switch {
+			case err != nil:
+				w.end(fmt.Errorf("group commit of %d checkpoints: %w", len(batch), err))
+			case writes[i].NoRow:
+				w.end(pgx.ErrNoRows)
+			default:
+				w.end(nil)
+			}
+		}
+		return
 	}
 }

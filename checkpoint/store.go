@@ -85,10 +85,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.MaxGroup < 0 {
 		return nil, &ConfigError{Field: "MaxGroup", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.MaxGroup)}
 	}
-	group := &groupCommit{db: cfg.DB, max: cmp.Or(cfg.Writers, DefaultWriters), batch: cmp.Or(cfg.MaxGroup, DefaultMaxGroup)}
-	if rw, ok := cfg.DB.(RowsWriter); ok && group.batch > 1 {
-		group.rows = rw
-	}
+	group := newGroupCommit(cfg.DB, cmp.Or(cfg.Writers, DefaultWriters), cmp.Or(cfg.MaxGroup, DefaultMaxGroup))
 	t, err := resolvedTables(cfg.Tables)
 	if err != nil {
 		return nil, err

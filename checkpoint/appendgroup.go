@@ -1,0 +1,224 @@
+package checkpoint
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// appendJob is one Append in the group commit: its request, and the outcome runAppends gives it.
+type appendJob struct {
+	in  AppendStream
+	out AppendOutcome
+}
+
+func appendKey(j *appendJob) string { return j.in.Path }
+
+// errAlone sends an append of a group back to its caller to run as a transaction of its own:
+// its stream's row was locked by another transaction (the group does not wait on it), or the
+// group's transaction failed before it wrote anything.
+var errAlone = errors.New("checkpoint: append alone")
+
+// appendGrouped is one try of Append through the group commit (errExpired when the stream
+// has expired).
+func (p *Protocol) appendGrouped(ctx context.Context, in AppendStream) (AppendOutcome, error) {
+	if p.appends == nil {
+		return p.appendOnce(ctx, in)
+	}
+	j, err := p.appends.do(ctx, appendJob{in: in})
+	if errors.Is(err, errAlone) {
+		return p.appendOnce(ctx, in)
+	}
+	return j.out, err
+}
+
+// runAppends runs a group of appends, one per stream, as one transaction of three round trips:
+//
+//  1. BEGIN, and lock the group's streams' rows, skipping those another transaction holds
+//     (SKIP LOCKED: a group never waits on a row lock, so it neither stalls behind one
+//     stream's long transaction nor deadlocks with another group). An append whose row was
+//     not locked (held, missing or deleted) runs alone, as appendOnce, whose answers those are.
+//  2. Each locked append's reads, as a lone append reads them (queueAppendReads).
+//  3. Each append's writes, decided by planAppend from its reads, then COMMIT.
+//
+// Answers are a lone append's: a refusal, a duplicate or a close of a closed stream ends its
+// append at once (it writes nothing); the rest are acknowledged only once the COMMIT is. A
+// statement the server refuses rolls the group back having written nothing: its append gets
+// the error, the others run alone. A failure whose outcome is unknown (the connection lost
+// during the COMMIT's round trip) goes to every append still in the group, as it would to a
+// lone append.
+func (p *Protocol) runAppends(batch []*batchItem[appendJob]) {
+	if len(batch) == 1 {
+		it := batch[0]
+		var err error
+		it.v.out, err = p.appendOnce(it.ctx, it.v.in)
+		it.end(err)
+		return
+	}
+	ctx, stop := batchContext(batch)
+	defer stop()
+	alone := func(items []*batchItem[appendJob]) {
+		for _, it := range items {
+			it.end(errAlone)
+		}
+	}
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		alone(batch) // each reports its own failure to reach the database
+		return
+	}
+	defer conn.Release()
+	locked, err := lockGroup(ctx, conn, batch)
+	if err != nil {
+		alone(batch)
+	} else {
+		var kept []*batchItem[appendJob]
+		for _, it := range batch {
+			if locked[it.v.in.Path] {
+				kept = append(kept, it)
+			} else {
+				alone([]*batchItem[appendJob]{it})
+			}
+		}
+		alone(p.appendLocked(ctx, conn, kept))
+	}
+	_ = rollbackOpen(ctx, conn) // a failed ROLLBACK leaves the connection to be destroyed on release
+}
+
+// lockGroup begins the transaction and locks the rows of the group's live streams that no
+// other transaction holds; it returns the paths locked.
+func lockGroup(ctx context.Context, conn batchSender, batch []*batchItem[appendJob]) (map[string]bool, error) {
+	paths := make([]string, len(batch))
+	for i, it := range batch {
+		paths[i] = it.v.in.Path
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT path FROM ds_streams WHERE path = ANY($1) AND deleted_at IS NULL FOR UPDATE SKIP LOCKED", paths)
+	br := conn.SendBatch(ctx, b)
+	locked := map[string]bool{}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err == nil {
+		var got []string
+		got, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, path := range got {
+			locked[path] = true
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return locked, err
+}
+
+// appendLocked is runAppends' second and third round trips, in the transaction lockGroup began,
+// for appends whose rows it holds. It ends every append it answers and returns the others,
+// which wrote nothing and run alone.
+func (p *Protocol) appendLocked(ctx context.Context, conn batchSender, batch []*batchItem[appendJob]) (alone []*batchItem[appendJob]) {
+	if len(batch) == 0 {
+		return nil
+	}
+	reads := &pgx.Batch{}
+	for _, it := range batch {
+		p.queueAppendReads(reads, it.v.in)
+	}
+	states := make([]appendState, len(batch))
+	errs := make([]error, len(batch))
+	br := conn.SendBatch(ctx, reads)
+	for i, it := range batch {
+		states[i], errs[i] = p.scanAppendReads(br, it.v.in)
+		if errs[i] != nil && !isAnswer(errs[i]) {
+			_ = br.Close()
+			return batch // the transaction is broken: nothing was written
+		}
+	}
+	if err := br.Close(); err != nil {
+		return batch
+	}
+
+	writes := &pgx.Batch{}
+	var owner []*batchItem[appendJob] // owner[k]: the append of writes' k-th statement
+	var rest []*batchItem[appendJob]  // the appends that write
+	for i, it := range batch {
+		if errs[i] != nil { // expired: Append answers it in a transaction of its own
+			it.end(errs[i])
+			continue
+		}
+		out, w, err := p.planAppend(states[i], it.v.in)
+		it.v.out = out
+		if err != nil || w == nil { // refused, or nothing to write: answered now
+			it.end(err)
+			continue
+		}
+		rest = append(rest, it)
+		for _, q := range w.QueuedQueries {
+			writes.QueuedQueries = append(writes.QueuedQueries, q)
+			owner = append(owner, it)
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	writes.Queue("COMMIT")
+	br = conn.SendBatch(ctx, writes)
+	for k := range writes.QueuedQueries {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			switch {
+			case !refusal(err):
+				endAll(rest, err) // the outcome is unknown
+				return nil
+			case k == len(owner): // the COMMIT refused: rolled back, nothing applied
+				return rest
+			}
+			// Refused: the group rolled back. The refused append gets the error, the rest go alone.
+			refused := owner[k]
+			refused.end(fmt.Errorf("checkpoint: append to stream %s: %w", refused.v.in.Path, err))
+			return slices.DeleteFunc(rest, func(it *batchItem[appendJob]) bool { return it == refused })
+		}
+	}
+	if err := br.Close(); err != nil {
+		endAll(rest, err)
+		return nil
+	}
+	p.grouped.Add(int64(len(rest)))
+	for _, it := range rest {
+		it.end(nil)
+	}
+	return nil
+}
+
+// batchSender is a connection's SendBatch.
+type batchSender interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}
+
+// endAll ends every append with err, whose outcome is unknown (the COMMIT may have happened
+// with its reply lost), as a lone append's would be.
+func endAll(items []*batchItem[appendJob], err error) {
+	for _, it := range items {
+		it.end(fmt.Errorf("checkpoint: append to stream %s (in a group of %d): %w", it.v.in.Path, len(items), err))
+	}
+}
+
+// refusal reports err is the server refusing a statement with an ERROR, which aborts the
+// transaction: nothing of it applies. A FATAL (the server ending the session, say for a
+// shutdown) may come after a COMMIT took effect, and a broken connection tells nothing.
+func refusal(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && cmp.Or(pe.SeverityUnlocalized, pe.Severity) == "ERROR"
+}
+
+// isAnswer reports a read's error that answers its append rather than breaking the transaction.
+func isAnswer(err error) bool {
+	return errors.Is(err, errExpired) || errors.Is(err, ErrStreamNotFound) || errors.Is(err, ErrStreamGone)
+}
