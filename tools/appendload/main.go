@@ -1,0 +1,81 @@
+// Command appendload measures acknowledged Durable Streams appends per second over HTTP: W
+// goroutines, each creating a text stream of its own and appending to it with one request in
+// flight, for a number of seconds. It prints one line, "N appends/s". It is the client of the
+// README's "group commit on ÷ off" row (run.sh starts a fresh rindled per repetition).
+//
+//	go run ./tools/appendload -base http://127.0.0.1:8080 -token TOKEN -w 8 -s 5
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	base := flag.String("base", "", "rindled's base URL")
+	token := flag.String("token", "", "a bearer token with the producer scope")
+	writers := flag.Int("w", 8, "writers, one stream each")
+	secs := flag.Int("s", 5, "seconds")
+	flag.Parse()
+	if err := run(*base, *token, *writers, time.Duration(*secs)*time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, "appendload:", err)
+		os.Exit(1)
+	}
+}
+
+func run(base, token string, writers int, d time.Duration) error {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: writers}}
+	do := func(method, path, body string, want int) error {
+		req, err := http.NewRequest(method, base+"/v1/stream/"+path, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "text/plain")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		msg, _ := io.ReadAll(res.Body)
+		if res.StatusCode != want {
+			return fmt.Errorf("%s %s: %d %s", method, path, res.StatusCode, msg)
+		}
+		return nil
+	}
+	tag := time.Now().UnixNano()
+	var acked atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for i := range writers {
+		wg.Go(func() {
+			path := fmt.Sprintf("load-%d-w%d", tag, i)
+			err := do(http.MethodPut, path, "", http.StatusCreated)
+			for err == nil && time.Now().Before(deadline) {
+				if err = do(http.MethodPost, path, "delta é😀 ", http.StatusNoContent); err == nil {
+					acked.Add(1)
+				}
+			}
+			if err != nil {
+				once.Do(func() { first = err })
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	fmt.Printf("%.0f appends/s\n", float64(acked.Load())/d.Seconds())
+	return nil
+}
