@@ -66,6 +66,8 @@ func (f *groupFixture) lock(path string) func() {
 	f.t.Helper()
 	tx, err := f.db.Pool.Begin(f.t.Context())
 	require.NoError(f.t, err)
+	// A test that fails while holding it lets it go, so the appends waiting on it end.
+	f.t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	_, err = tx.Exec(f.t.Context(), "SELECT 1 FROM ds_streams WHERE path = $1 FOR UPDATE", path)
 	require.NoError(f.t, err)
 	return func() { require.NoError(f.t, tx.Commit(f.t.Context())) }
@@ -103,8 +105,9 @@ func (f *groupFixture) group(ins ...checkpoint.AppendStream) []chan groupedResul
 	res := make([]chan groupedResult, len(ins))
 	for i, in := range ins {
 		res[i] = f.start(in)
+		// One at a time, so the group's order (its statements' order) is ins's.
+		require.Eventually(f.t, func() bool { return checkpoint.PendingAppends(f.p) == i+1 }, time.Minute, time.Millisecond)
 	}
-	require.Eventually(f.t, func() bool { return checkpoint.PendingAppends(f.p) == len(ins) }, time.Minute, time.Millisecond)
 	release()
 	require.NoError(f.t, recv(f.t, hold).err)
 	return res
@@ -152,7 +155,11 @@ func TestGroupedAppendsAnswerAsAlone(t *testing.T) {
 	closing := f.text("e", "bye")
 	closing.Close = true
 	before := checkpoint.GroupedAppends(f.p)
-	res := f.group(f.text("a", "a1"), mismatch, dup, closing, f.text("locked", "l1"), f.text("expired", "x"), f.text("missing", "x"))
+	// The expired stream first, with a producer: its reads must not be taken for the next one's.
+	expired := f.text("expired", "x")
+	expired.Producer = &checkpoint.ProducerRef{ID: "p", Epoch: 0, Seq: 0}
+	res := f.group(expired, f.text("a", "a1"), mismatch, dup, closing, f.text("locked", "l1"), f.text("missing", "x"))
+	res = append(res[1:], res[0]) // a, b, d, e, locked, missing, expired
 
 	a, b, d, e := recv(t, res[0]), recv(t, res[1]), recv(t, res[2]), recv(t, res[3])
 	require.NoError(t, a.err)
@@ -162,8 +169,8 @@ func TestGroupedAppendsAnswerAsAlone(t *testing.T) {
 	require.True(t, d.out.Duplicate, "a producer's retry is a duplicate in a group too")
 	require.NoError(t, e.err)
 	require.True(t, e.out.Closed)
-	require.ErrorIs(t, recv(t, res[5]).err, checkpoint.ErrStreamNotFound)
-	require.ErrorIs(t, recv(t, res[6]).err, checkpoint.ErrStreamNotFound)
+	require.ErrorIs(t, recv(t, res[5]).err, checkpoint.ErrStreamNotFound, "missing")
+	require.ErrorIs(t, recv(t, res[6]).err, checkpoint.ErrStreamNotFound, "expired")
 	require.Equal(t, before+2, checkpoint.GroupedAppends(f.p), "a and e committed in one transaction")
 	select {
 	case r := <-res[4]:

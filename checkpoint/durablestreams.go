@@ -954,7 +954,13 @@ func (s *schema) queueAppendReads(b *pgx.Batch, in AppendStream) {
 // scanAppendReads reads queueAppendReads's results: ErrStreamNotFound, ErrStreamGone or
 // errExpired for a stream the append cannot go to.
 func (s *schema) scanAppendReads(br pgx.BatchResults, in AppendStream) (st appendState, err error) {
+	// Every result is read before any is judged: in a group, the next append's results follow.
 	m, expired, gone, err := scanMeta(br.QueryRow())
+	cerr := br.QueryRow().Scan(&st.closedBy, &st.closedEpoch, &st.closed, &st.streamSeq)
+	var perr error
+	if in.Producer != nil {
+		perr = br.QueryRow().Scan(&st.producerEpoch, &st.producerAt)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return st, ErrStreamNotFound
@@ -964,17 +970,15 @@ func (s *schema) scanAppendReads(br pgx.BatchResults, in AppendStream) (st appen
 		return st, ErrStreamGone
 	case expired:
 		return st, errExpired
+	case cerr != nil:
+		return st, fmt.Errorf("checkpoint: read stream %s: %w", in.Path, cerr)
 	}
 	st.meta = m
-	if err := br.QueryRow().Scan(&st.closedBy, &st.closedEpoch, &st.closed, &st.streamSeq); err != nil {
-		return st, fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err)
-	}
 	if in.Producer != nil {
-		err := br.QueryRow().Scan(&st.producerEpoch, &st.producerAt)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return st, fmt.Errorf("checkpoint: read producer %s: %w", in.Producer.ID, err)
+		case errors.Is(perr, pgx.ErrNoRows):
+		case perr != nil:
+			return st, fmt.Errorf("checkpoint: read producer %s: %w", in.Producer.ID, perr)
 		default:
 			st.producerFound = true
 		}
