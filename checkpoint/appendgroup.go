@@ -19,9 +19,10 @@ type appendJob struct {
 
 func appendKey(j *appendJob) string { return j.in.Path }
 
-// errAlone sends an append of a group back to its caller to run as a transaction of its own:
-// its stream's row was locked by another transaction (the group does not wait on it), or the
-// group's transaction failed before it wrote anything.
+// errAlone sends an append of a group back to its caller to run as a transaction of its own,
+// outside the group commit's slots: its stream's row was locked by another transaction (a slot
+// never waits on a row lock, so appends to one held stream cannot take every slot and stall
+// the others), or the group's transaction failed before it wrote anything.
 var errAlone = errors.New("checkpoint: append alone")
 
 // appendGrouped is one try of Append through the group commit (errExpired when the stream
@@ -54,9 +55,11 @@ func (p *Protocol) appendGrouped(ctx context.Context, in AppendStream) (AppendOu
 // lone append.
 func (p *Protocol) runAppends(batch []*batchItem[appendJob]) {
 	if len(batch) == 1 {
+		// The lone transaction, which must not wait on a row lock while it holds a slot: when
+		// the row is held, the append waits alone, outside the group commit.
 		it := batch[0]
 		var err error
-		it.v.out, err = p.appendOnce(it.ctx, it.v.in)
+		it.v.out, err = p.appendTx(it.ctx, it.v.in, true)
 		it.end(err)
 		return
 	}

@@ -50,7 +50,7 @@ func newGroupFixture(t *testing.T, paths ...string) *groupFixture {
 			FOR EACH ROW WHEN (NEW.text = 'die at commit') EXECUTE FUNCTION die();`)
 	require.NoError(t, err)
 	f := &groupFixture{t: t, db: db, p: p, same: func(a, b string) bool { return a == b }}
-	for _, path := range append([]string{"hold"}, paths...) {
+	for _, path := range paths {
 		_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: "text/plain", SameType: f.same})
 		require.NoError(t, err)
 	}
@@ -82,34 +82,18 @@ func (f *groupFixture) start(in checkpoint.AppendStream) chan groupedResult {
 	return res
 }
 
-// lockWaits waits until n sessions of this database wait on a lock.
-func (f *groupFixture) lockWaits(n int) {
-	f.t.Helper()
-	require.Eventually(f.t, func() bool {
-		var waiting int
-		require.NoError(f.t, f.db.Pool.QueryRow(f.t.Context(),
-			"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting))
-		return waiting >= n
-	}, time.Minute, 5*time.Millisecond)
-}
-
-// group runs ins as one group commit: an append to "hold" takes the one slot and waits on the
-// row lock a transaction holds; ins queue for the slot; the hold is let go, and the slot passes
-// to the first of ins, which takes the others into its transaction. The results are in ins's
-// order.
+// group runs ins as one group commit: the test holds the one slot, ins queue for it one at a
+// time (so the group's order is ins's), and the slot is given back: it passes to the first of
+// ins, which takes the others into its transaction. The results are in ins's order.
 func (f *groupFixture) group(ins ...checkpoint.AppendStream) []chan groupedResult {
 	f.t.Helper()
-	release := f.lock("hold")
-	hold := f.start(f.text("hold", "."))
-	f.lockWaits(1)
+	release := checkpoint.HoldAppendSlots(f.p)
 	res := make([]chan groupedResult, len(ins))
 	for i, in := range ins {
 		res[i] = f.start(in)
-		// One at a time, so the group's order (its statements' order) is ins's.
 		require.Eventually(f.t, func() bool { return checkpoint.PendingAppends(f.p) == i+1 }, time.Minute, time.Millisecond)
 	}
 	release()
-	require.NoError(f.t, recv(f.t, hold).err)
 	return res
 }
 
@@ -316,4 +300,30 @@ func assertAs[E error](t *testing.T, err error, target *E) bool {
 		return false
 	}
 	return true
+}
+
+// Appends to a stream whose row another transaction holds (a long fork, say) wait outside the
+// group commit's slots: with the one slot, an append to the held stream waits, and an append to
+// another stream is answered meanwhile.
+func TestAHeldStreamTakesNoAppendSlot(t *testing.T) {
+	t.Parallel()
+	f := newGroupFixture(t, "held", "a")
+	release := f.lock("held")
+	held := f.start(f.text("held", "h"))
+	require.Eventually(t, func() bool { // the append to the held stream waits on its lock
+		var waiting int
+		require.NoError(t, f.db.Pool.QueryRow(t.Context(),
+			"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting))
+		return waiting > 0
+	}, time.Minute, 5*time.Millisecond)
+	a := recv(t, f.start(f.text("a", "a")))
+	require.NoError(t, a.err)
+	select {
+	case r := <-held:
+		t.Fatalf("the append to the held stream returned before its lock was let go: %+v", r)
+	default:
+	}
+	release()
+	require.NoError(t, recv(t, held).err)
+	require.Equal(t, "h", f.read("held"))
 }

@@ -866,13 +866,19 @@ func (p *Protocol) Append(ctx context.Context, in AppendStream) (out AppendOutco
 
 // appendOnce is one try of Append; errExpired when the stream has expired.
 func (p *Protocol) appendOnce(ctx context.Context, in AppendStream) (out AppendOutcome, err error) {
+	return p.appendTx(ctx, in, false)
+}
+
+// appendTx is appendOnce; with skipLocked, errAlone instead of waiting when another transaction
+// holds the stream's row (or it is missing).
+func (p *Protocol) appendTx(ctx context.Context, in AppendStream, skipLocked bool) (out AppendOutcome, err error) {
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return out, fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
 	}
 	// A connection left inside a transaction (a failed ROLLBACK) is destroyed on release.
 	defer conn.Release()
-	st, err := p.readAppendState(ctx, conn, in)
+	st, err := p.readAppendState(ctx, conn, in, skipLocked)
 	if err == nil {
 		var writes *pgx.Batch
 		out, writes, err = p.planAppend(st, in)
@@ -921,10 +927,14 @@ type appendState struct {
 
 // readAppendState begins the transaction and reads, in one pipeline: the stream's row lock
 // first, then what the checks need (queueAppendReads).
-func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in AppendStream) (st appendState, err error) {
+func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in AppendStream, skipLocked bool) (st appendState, err error) {
+	lock := "SELECT 1 FROM ds_streams WHERE path = $1 FOR UPDATE"
+	if skipLocked {
+		lock += " SKIP LOCKED"
+	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SELECT 1 FROM ds_streams WHERE path = $1 FOR UPDATE", in.Path)
+	b.Queue(lock, in.Path)
 	s.queueAppendReads(b, in)
 	br := conn.SendBatch(ctx, b)
 	defer func() {
@@ -932,9 +942,13 @@ func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in App
 			err = fmt.Errorf("checkpoint: read stream %s: %w", in.Path, cerr)
 		}
 	}()
-	for range 2 { // BEGIN, the lock
-		if _, err := br.Exec(); err != nil {
+	for i := range 2 { // BEGIN, the lock
+		tag, err := br.Exec()
+		if err != nil {
 			return st, fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err)
+		}
+		if i == 1 && skipLocked && tag.RowsAffected() == 0 {
+			return st, errAlone // held by another transaction (or missing): not waited on here
 		}
 	}
 	return s.scanAppendReads(br, in)

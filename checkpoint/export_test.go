@@ -38,3 +38,18 @@ func PendingAppends(p *Protocol) int {
 
 // GroupedAppends is how many appends committed in a transaction with others.
 func GroupedAppends(p *Protocol) int64 { return p.grouped.Load() }
+
+// HoldAppendSlots takes every free append slot until the returned function gives them back, as
+// transactions ending would: appends that come meanwhile wait, and go as one group.
+func HoldAppendSlots(p *Protocol) func() {
+	b := p.appends
+	b.mu.Lock()
+	held := b.max - b.active
+	b.active = b.max
+	b.mu.Unlock()
+	return func() {
+		for range held {
+			b.handOff()
+		}
+	}
+}

@@ -157,7 +157,11 @@ func (g *batcher[T]) lead(it *batchItem[T]) {
 	if len(batch) > 0 {
 		g.run(batch)
 	}
+	g.handOff()
+}
 
+// handOff gives a finished transaction's slot to the first item waiting, or frees it.
+func (g *batcher[T]) handOff() {
 	g.mu.Lock()
 	if len(g.pending) > 0 {
 		next := g.pending[0]
