@@ -35,15 +35,15 @@ import (
 
 // settings are every knob, from flags with environment defaults.
 type settings struct {
-	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
-	corsOrigins, debugAddr, secretFile, logFormat, issuersFile, otlpMetrics string
-	logLevel                                                                slog.Level
-	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
-	streamsReapInterval, streamsProducerRetention                           time.Duration
-	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout          time.Duration
+	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL                     string
+	corsOrigins, debugAddr, secretFile, logFormat, issuersFile, otlpMetrics                     string
+	logLevel                                                                                    slog.Level
+	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                                     time.Duration
+	streamsReapInterval, streamsProducerRetention                                               time.Duration
+	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout                              time.Duration
 	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject, streamsAppendGroup int
-	sseDirect                                                               bool
-	getenv                                                                  func(string) string // the environment parse read
+	sseDirect                                                                                   bool
+	getenv                                                                                      func(string) string // the environment parse read
 }
 
 // DefaultCheckpointChars is rindled's checkpoint size: twice the seed's (producer's) 512. The
