@@ -388,18 +388,15 @@ func (d *countingDB) WriteRows(ctx context.Context, writes []checkpoint.RowWrite
 // on the real server with fsync on: acknowledged appends per second.
 func BenchmarkProtocolAppend(b *testing.B) {
 	for _, bc := range []struct {
-		writers, maxGroup, slots int
-	}{{1, 0, 0}, {8, 0, 0}, {8, 0, 1}, {8, 0, 2}, {8, 1, 0}, {32, 0, 0}, {32, 1, 0}} {
+		writers, maxGroup int
+	}{{1, 0}, {8, 0}, {8, 1}, {32, 0}, {32, 1}} {
 		name := fmt.Sprintf("W%d", bc.writers)
-		if bc.slots > 0 {
-			name += fmt.Sprintf("/slots%d", bc.slots)
-		}
 		if bc.maxGroup == 1 {
 			name += "/alone" // group commit off: a transaction per append, as before it
 		}
 		b.Run(name, func(b *testing.B) {
 			db := pgtest.NewDB(b)
-			p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool, MaxGroup: bc.maxGroup, Writers: bc.slots})
+			p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool, MaxGroup: bc.maxGroup})
 			require.NoError(b, err)
 			writers := bc.writers
 			same := func(a, b string) bool { return a == b }

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,19 +71,17 @@ func NewProtocol(cfg ProtocolConfig) (*Protocol, error) {
 	if cfg.Pool == nil {
 		return nil, &ConfigError{Field: "Pool", Reason: "is required"}
 	}
-	if cfg.Writers < 0 {
-		return nil, &ConfigError{Field: "Writers", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.Writers)}
-	}
-	if cfg.MaxGroup < 0 {
-		return nil, &ConfigError{Field: "MaxGroup", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.MaxGroup)}
+	writers, maxGroup, err := groupSize(cfg.Writers, cfg.MaxGroup)
+	if err != nil {
+		return nil, err
 	}
 	t, err := ResolveTables(cfg.Tables)
 	if err != nil {
 		return nil, err
 	}
 	p := &Protocol{pool: cfg.Pool, schema: newSchema(t)}
-	if group := cmp.Or(cfg.MaxGroup, DefaultMaxGroup); group > 1 {
-		p.appends = &batcher[appendJob]{max: cmp.Or(cfg.Writers, DefaultWriters), batch: group, key: appendKey, run: p.runAppends}
+	if maxGroup > 1 {
+		p.appends = &batcher[appendJob]{max: writers, batch: maxGroup, key: appendKey, run: p.runAppends}
 	}
 	return p, nil
 }
@@ -942,14 +939,16 @@ func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in App
 			err = fmt.Errorf("checkpoint: read stream %s: %w", in.Path, cerr)
 		}
 	}()
-	for i := range 2 { // BEGIN, the lock
-		tag, err := br.Exec()
-		if err != nil {
-			return st, fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err)
-		}
-		if i == 1 && skipLocked && tag.RowsAffected() == 0 {
-			return st, errAlone // held by another transaction (or missing): not waited on here
-		}
+	fail := func(err error) error { return fmt.Errorf("checkpoint: read stream %s: %w", in.Path, err) }
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return st, fail(err)
+	}
+	locked, err := br.Exec()
+	switch {
+	case err != nil:
+		return st, fail(err)
+	case skipLocked && locked.RowsAffected() == 0:
+		return st, errAlone // held by another transaction (or missing): not waited on here
 	}
 	return s.scanAppendReads(br, in)
 }

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -125,14 +126,23 @@ func (g *batcher[T]) lead(it *batchItem[T]) {
 	g.mu.Lock()
 	batch := make([]*batchItem[T], 0, min(g.batch, len(g.pending)+1))
 	var keys map[string]bool
-	if g.key != nil {
-		keys = map[string]bool{}
+	fits := func(it *batchItem[T]) bool { // at most one item per key, when there is a key
+		if g.key == nil {
+			return true
+		}
+		k := g.key(&it.v)
+		if keys[k] {
+			return false
+		}
+		if keys == nil {
+			keys = map[string]bool{}
+		}
+		keys[k] = true
+		return true
 	}
 	if it != nil {
+		fits(it)
 		batch = append(batch, it)
-		if keys != nil {
-			keys[g.key(&it.v)] = true
-		}
 	}
 	left := g.pending[:0]
 	for _, w := range g.pending {
@@ -141,12 +151,9 @@ func (g *batcher[T]) lead(it *batchItem[T]) {
 			left = append(left, w)
 		case w.ctx.Err() != nil: // an item whose caller left is not run
 			w.end(context.Cause(w.ctx))
-		case keys != nil && keys[g.key(&w.v)]:
+		case !fits(w):
 			left = append(left, w) // the next transaction's: this one has an item of its key
 		default:
-			if keys != nil {
-				keys[g.key(&w.v)] = true
-			}
 			batch = append(batch, w)
 		}
 	}
@@ -172,6 +179,18 @@ func (g *batcher[T]) handOff() {
 		g.active--
 	}
 	g.mu.Unlock()
+}
+
+// groupSize validates a group commit's settings and applies their defaults: the transactions
+// at once (Writers) and the items per transaction (MaxGroup).
+func groupSize(writers, maxGroup int) (int, int, error) {
+	if writers < 0 {
+		return 0, 0, &ConfigError{Field: "Writers", Reason: fmt.Sprintf("%d: want 0 (the default) or more", writers)}
+	}
+	if maxGroup < 0 {
+		return 0, 0, &ConfigError{Field: "MaxGroup", Reason: fmt.Sprintf("%d: want 0 (the default) or more", maxGroup)}
+	}
+	return cmp.Or(writers, DefaultWriters), cmp.Or(maxGroup, DefaultMaxGroup), nil
 }
 
 // batchContext is the context of one transaction shared by several writers: it ends when every

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -79,13 +78,11 @@ func New(cfg Config) (*Store, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	if cfg.Writers < 0 {
-		return nil, &ConfigError{Field: "Writers", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.Writers)}
+	writers, maxGroup, err := groupSize(cfg.Writers, cfg.MaxGroup)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.MaxGroup < 0 {
-		return nil, &ConfigError{Field: "MaxGroup", Reason: fmt.Sprintf("%d: want 0 (the default) or more", cfg.MaxGroup)}
-	}
-	group := newGroupCommit(cfg.DB, cmp.Or(cfg.Writers, DefaultWriters), cmp.Or(cfg.MaxGroup, DefaultMaxGroup))
+	group := newGroupCommit(cfg.DB, writers, maxGroup)
 	t, err := resolvedTables(cfg.Tables)
 	if err != nil {
 		return nil, err
