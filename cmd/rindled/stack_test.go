@@ -29,11 +29,16 @@ type stack struct {
 	root string
 }
 
-// compose runs `docker compose ARGS` in the repository and fails the test on an error.
+// compose runs `docker compose ARGS` in the repository and fails the test on an error, with
+// every container's recent logs taken at once: a service that exited at start (`up --wait`
+// failing) says why only until the stack goes down, and later subtests take it down.
 func (s *stack) compose(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := s.try(args...)
-	require.NoError(t, err, "docker compose %s:\n%s", strings.Join(args, " "), out)
+	if err != nil {
+		logs, _ := s.try("--profile", "scale", "logs", "--no-color", "--timestamps", "--tail", "200")
+		t.Fatalf("docker compose %s: %v\n%s\n--- logs:\n%s", strings.Join(args, " "), err, out, logs)
+	}
 	return out
 }
 
