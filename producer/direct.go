@@ -352,10 +352,15 @@ func (r *directReader) slow() {
 // gather appends every frame ready on the subscription (up to maxSSEBatch bytes) to buf;
 // ended reports a terminal frame among them (the last), drained that the queue was found empty
 // (so a frame queued since woke the reader's hook). A subscription that ended without one gets
-// stale from the reader's position.
+// stale from the reader's position. It holds the queue's lock throughout (copying encoded
+// frames takes no other lock), so a reader's turn locks its queue once, not once per frame plus
+// the poll that finds it empty.
 func (r *directReader) gather(buf []byte) (out []byte, ended, drained bool) {
+	s := r.sub.sub
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for len(buf) < maxSSEBatch {
-		q, end := r.sub.sub.poll()
+		q, end := s.pollLocked()
 		if q == nil {
 			if end {
 				return AppendSSE(buf, Frame{Type: FrameStale, FloorSeq: r.pos}), true, true
@@ -463,11 +468,12 @@ func (r *directReader) writeFast(buf []byte) []byte {
 			r.toSlow()
 			return buf
 		case ends:
-			r.shard.fast.Add(1)
+			r.shard.writes++
+			r.shard.countWrites() // Stats counts this reader's writes before its done runs
 			r.finish(nil)
 			return buf
 		}
-		r.shard.fast.Add(1)
+		r.shard.writes++
 		// The queue was empty after what was written: a frame queued since has set pending (the
 		// reader is owned), which release reports, so no poll is needed to find out.
 		if drained && r.release() {
@@ -488,6 +494,7 @@ const pingComment = ": ping\n\n"
 type directShard struct {
 	d       *DirectWriter
 	now     int64         // unix nanoseconds at the start of the writer's turn (the writer's own)
+	writes  uint64        // fast writes of the writer's current turn (the writer's own), added to fast at its end
 	fast    atomic.Uint64 // per writer, so writers do not share a counter's cache line
 	mu      sync.Mutex
 	dirty   []*directReader
@@ -535,11 +542,20 @@ func (sh *directShard) run() {
 			buf = r.writeFast(buf)
 			batch[i] = nil
 		}
+		sh.countWrites()
 		sh.mu.Lock()
 		if sh.spare == nil {
 			sh.spare = batch[:0]
 		}
 		sh.mu.Unlock()
+	}
+}
+
+// countWrites adds the turn's fast writes so far to the shared count (writer only).
+func (sh *directShard) countWrites() {
+	if sh.writes > 0 {
+		sh.fast.Add(sh.writes)
+		sh.writes = 0
 	}
 }
 

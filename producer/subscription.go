@@ -98,6 +98,11 @@ func (s *subscriber) finish(f Frame) {
 func (s *subscriber) poll() (q *queued, end bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.pollLocked()
+}
+
+// pollLocked is poll with s.mu held: a DirectWriter takes every ready frame under one lock.
+func (s *subscriber) pollLocked() (q *queued, end bool) {
 	if s.closed {
 		return nil, true
 	}
