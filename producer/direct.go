@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +52,9 @@ type DirectWriter struct {
 	stop    chan struct{}
 	stopped sync.WaitGroup
 	once    sync.Once
+	// touchEvery is how stale (in nanoseconds) a reader's lastWrite may get on the fast path:
+	// KeepAlive/8.
+	touchEvery int64
 	// sink, when set (by a benchmark, before any reader), takes every fast write in place of
 	// the socket: the writer's in-process work measured without write(2).
 	sink func([]byte) (int, error)
@@ -70,7 +74,7 @@ func NewDirectWriter(cfg DirectConfig) *DirectWriter {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultSSEWriteTimeout
 	}
-	d := &DirectWriter{cfg: cfg, stop: make(chan struct{})}
+	d := &DirectWriter{cfg: cfg, stop: make(chan struct{}), touchEvery: int64(cfg.KeepAlive / 8)}
 	if h, err := newHangups(); err == nil {
 		d.hangups = h
 		d.stopped.Add(1)
@@ -159,7 +163,7 @@ func (d *DirectWriter) start(conn net.Conn, sub *Subscription, pos Seq, head []b
 	_ = conn.SetDeadline(time.Time{})
 	sh := d.shards[int(d.next.Add(1))%len(d.shards)]
 	// The reader starts owned by its shard's writer, which writes the head and what is queued.
-	r := &directReader{d: d, shard: sh, conn: conn, raw: raw, sub: sub, pos: pos, done: done, owner: ownerWriter, rest: head}
+	r := &directReader{d: d, shard: sh, conn: conn, raw: raw, sub: sub, mu: &sub.sub.mu, pos: pos, done: done, owner: ownerWriter, rest: head}
 	r.touch()
 	sh.mu.Lock()
 	sh.readers[r] = struct{}{}
@@ -212,7 +216,10 @@ type directReader struct {
 	done  func(error)
 	token uint32 // the hang-up watch's key (0: not watched there)
 
-	mu       sync.Mutex
+	// Guarded by the subscription's queue lock (mu), which the producer holds when it calls
+	// ready: one lock, and one cache line passed between the producer's core and a writer's,
+	// serves a frame's handoff, its poll and the owner's release.
+	mu       *sync.Mutex
 	owner    int
 	pending  bool // a frame came while someone owned the reader: the owner goes around again
 	finished bool
@@ -225,21 +232,20 @@ type directReader struct {
 	over atomic.Bool
 
 	lastWrite atomic.Int64 // unix nanoseconds
+
+	nextDirty *directReader // the next (older) reader on the shard's dirty list
 }
 
 func (r *directReader) touch() { r.lastWrite.Store(time.Now().UnixNano()) }
 
 // ready is the subscription's hook for a frame queued on an empty queue (called with the
-// stream's and the subscriber's locks held: it only takes r.mu and the shard's list lock).
+// stream's lock and r.mu, the subscriber's, held: it only takes the shard's list lock).
 func (r *directReader) ready() {
-	r.mu.Lock()
 	if r.finished || r.owner != ownerNone {
 		r.pending = true
-		r.mu.Unlock()
 		return
 	}
 	r.owner = ownerWriter
-	r.mu.Unlock()
 	r.shard.push(r)
 }
 
@@ -357,8 +363,8 @@ func (r *directReader) slow() {
 // the poll that finds it empty.
 func (r *directReader) gather(buf []byte) (out []byte, ended, drained bool) {
 	s := r.sub.sub
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for len(buf) < maxSSEBatch {
 		q, end := s.pollLocked()
 		if q == nil {
@@ -456,8 +462,12 @@ func (r *directReader) writeFast(buf []byte) []byte {
 			continue
 		}
 		n, err := r.tryWrite(b)
-		if n > 0 {
-			r.lastWrite.Store(r.shard.now) // the writer's clock, read once per turn: keep-alives need no finer
+		if n > 0 && r.shard.now-r.lastWrite.Load() >= r.d.touchEvery {
+			// The writer's clock, read once per turn, and stored only when the last store is
+			// touchEvery old: an atomic store is a full barrier, dearer than the rest of a
+			// reader's turn, and keep-alives need no finer (a ping comes at most touchEvery
+			// early, to a reader that had frames KeepAlive minus touchEvery ago).
+			r.lastWrite.Store(r.shard.now)
 		}
 		switch {
 		case err != nil:
@@ -492,28 +502,48 @@ const pingComment = ": ping\n\n"
 
 // directShard is one writer goroutine and its readers.
 type directShard struct {
-	d       *DirectWriter
-	now     int64         // unix nanoseconds at the start of the writer's turn (the writer's own)
-	writes  uint64        // fast writes of the writer's current turn (the writer's own), added to fast at its end
-	fast    atomic.Uint64 // per writer, so writers do not share a counter's cache line
-	mu      sync.Mutex
-	dirty   []*directReader
-	spare   []*directReader
+	d      *DirectWriter
+	now    int64         // unix nanoseconds at the start of the writer's turn (the writer's own)
+	writes uint64        // fast writes of the writer's current turn (the writer's own), added to fast at its end
+	fast   atomic.Uint64 // per writer, so writers do not share a counter's cache line
+	// dirty is the readers with frames for the writer, newest first, linked through
+	// nextDirty: producers push with a compare-and-swap (no lock per reader-frame), the writer
+	// takes the whole list at once. A reader is on it at most once: it is pushed when a writer
+	// becomes its owner, and only the writer, having taken it off, lets go of it.
+	dirty   atomic.Pointer[directReader]
+	batch   []*directReader // the writer's turn, oldest first (the writer's own)
+	mu      sync.Mutex      // guards readers
 	readers map[*directReader]struct{}
 	wake    chan struct{}
 }
 
 func (sh *directShard) push(r *directReader) {
-	sh.mu.Lock()
-	sh.dirty = append(sh.dirty, r)
-	first := len(sh.dirty) == 1
-	sh.mu.Unlock()
-	if first {
-		select {
-		case sh.wake <- struct{}{}:
-		default:
+	for {
+		head := sh.dirty.Load()
+		r.nextDirty = head
+		if sh.dirty.CompareAndSwap(head, r) {
+			if head == nil { // the list was empty: the writer may be waiting
+				select {
+				case sh.wake <- struct{}{}:
+				default:
+				}
+			}
+			return
 		}
 	}
+}
+
+// take empties the dirty list into sh.batch, oldest first.
+func (sh *directShard) take() []*directReader {
+	batch := sh.batch[:0]
+	for r := sh.dirty.Swap(nil); r != nil; {
+		next := r.nextDirty
+		r.nextDirty = nil
+		batch = append(batch, r)
+		r = next
+	}
+	slices.Reverse(batch)
+	return batch
 }
 
 func (sh *directShard) run() {
@@ -534,20 +564,13 @@ func (sh *directShard) run() {
 		if keepAlive {
 			buf = sh.keepAlive(buf)
 		}
-		sh.mu.Lock()
-		batch := sh.dirty
-		sh.dirty, sh.spare = sh.spare[:0], nil
-		sh.mu.Unlock()
+		batch := sh.take()
 		for i, r := range batch {
 			buf = r.writeFast(buf)
 			batch[i] = nil
 		}
+		sh.batch = batch[:0]
 		sh.countWrites()
-		sh.mu.Lock()
-		if sh.spare == nil {
-			sh.spare = batch[:0]
-		}
-		sh.mu.Unlock()
 	}
 }
 
