@@ -57,7 +57,7 @@ type DirectWriter struct {
 	touchEvery int64
 	// sink, when set (by a benchmark, before any reader), takes every fast write in place of
 	// the socket: the writer's in-process work measured without write(2).
-	sink func([]byte) (int, error)
+	sink func(writer int, p []byte) (int, error)
 }
 
 // errDirectClosed ends the readers of a closed DirectWriter.
@@ -84,7 +84,7 @@ func NewDirectWriter(cfg DirectConfig) *DirectWriter {
 		}()
 	}
 	for range cfg.Writers {
-		sh := &directShard{d: d, wake: make(chan struct{}, 1), readers: map[*directReader]struct{}{}}
+		sh := &directShard{d: d, index: len(d.shards), wake: make(chan struct{}, 1), readers: map[*directReader]struct{}{}}
 		d.shards = append(d.shards, sh)
 		d.stopped.Add(1)
 		go sh.run()
@@ -440,7 +440,7 @@ func (r *directReader) tryWrite(b []byte) (n int, err error) {
 		return 0, nil
 	}
 	if r.d.sink != nil {
-		return r.d.sink(b)
+		return r.d.sink(r.shard.index, b)
 	}
 	return writeNonblocking(r.raw, b)
 }
@@ -503,6 +503,7 @@ const pingComment = ": ping\n\n"
 // directShard is one writer goroutine and its readers.
 type directShard struct {
 	d      *DirectWriter
+	index  int           // the writer's number among the DirectWriter's
 	now    int64         // unix nanoseconds at the start of the writer's turn (the writer's own)
 	writes uint64        // fast writes of the writer's current turn (the writer's own), added to fast at its end
 	fast   atomic.Uint64 // per writer, so writers do not share a counter's cache line
