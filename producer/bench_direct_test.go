@@ -80,15 +80,7 @@ func benchFanoutDirect(b *testing.B, k int, shared bool) {
 			}
 		}
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		got.Add(waits)
-		if err := s.Push("tok "); err != nil {
-			b.Fatal(err)
-		}
-		got.Wait()
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*k), "ns/frame")
+	pushAndWait(b, s, &got, waits, k)
 }
 
 // socketPair is a connected pair of Unix stream sockets.

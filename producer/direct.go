@@ -161,7 +161,7 @@ func (d *DirectWriter) start(conn net.Conn, sub *Subscription, pos Seq, head []b
 	}
 	// Deadlines are this writer's now: none on the fast path, WriteTimeout on each blocking write.
 	_ = conn.SetDeadline(time.Time{})
-	sh := d.shards[int(d.next.Add(1))%len(d.shards)]
+	sh := d.shards[d.shardOf(int(d.next.Add(1)))]
 	// The reader starts owned by its shard's writer, which writes the head and what is queued.
 	r := &directReader{d: d, shard: sh, conn: conn, raw: raw, sub: sub, mu: &sub.sub.mu, pos: pos, done: done, owner: ownerWriter, rest: head}
 	r.touch()
@@ -182,6 +182,9 @@ func (d *DirectWriter) start(conn net.Conn, sub *Subscription, pos Seq, head []b
 	sh.push(r)
 	return r
 }
+
+// shardOf is the writer that the n-th reader started (counting from 1) goes to: round robin.
+func (d *DirectWriter) shardOf(n int) int { return n % len(d.shards) }
 
 // readUntilGone waits in a read of the connection until the client goes away (or the reader
 // ends and closes it): the hang-up watch where there is no epoll to do it.

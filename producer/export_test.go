@@ -7,4 +7,4 @@ func SetDirectSink(d *DirectWriter, sink func(writer int, p []byte) (int, error)
 
 // DirectWriterOf is the writer (as SetDirectSink numbers them) that the n-th reader started on
 // d (counting from 1) goes to.
-func DirectWriterOf(d *DirectWriter, n int) int { return n % len(d.shards) }
+func DirectWriterOf(d *DirectWriter, n int) int { return d.shardOf(n) }
