@@ -164,6 +164,9 @@ func (d *DirectWriter) start(conn net.Conn, sub *Subscription, pos Seq, head []b
 	sh := d.shards[d.shardOf(int(d.next.Add(1)))]
 	// The reader starts owned by its shard's writer, which writes the head and what is queued.
 	r := &directReader{d: d, shard: sh, conn: conn, raw: raw, sub: sub, mu: &sub.sub.mu, pos: pos, done: done, owner: ownerWriter, rest: head}
+	if raw != nil {
+		r.nb.init(raw)
+	}
 	r.touch()
 	sh.mu.Lock()
 	sh.readers[r] = struct{}{}
@@ -214,6 +217,7 @@ type directReader struct {
 	shard *directShard
 	conn  net.Conn
 	raw   syscall.RawConn
+	nb    nonblockingWriter // writes raw's socket without blocking (the owner's)
 	sub   *Subscription
 	pos   Seq
 	done  func(error)
@@ -445,7 +449,7 @@ func (r *directReader) tryWrite(b []byte) (n int, err error) {
 	if r.d.sink != nil {
 		return r.d.sink(r.shard.index, b)
 	}
-	return writeNonblocking(r.raw, b)
+	return r.nb.Write(b)
 }
 
 // writeFast is a writer's turn with a reader it owns: what the last write left, then every
