@@ -498,35 +498,55 @@ func pct(sorted []time.Duration, q float64) float64 {
 func fanout(ctx context.Context, s *server, c config, id string, record func(string, float64)) error {
 	var perDelta [2]float64
 	for i, k := range []int{1, c.readers} {
-		lat, cpu, err := fanoutOnce(ctx, s, c, fmt.Sprintf("%s-k%d", id, k), k)
+		r, err := fanoutOnce(ctx, s, c, fmt.Sprintf("%s-k%d", id, k), k)
 		if err != nil {
 			return err
 		}
-		perDelta[i] = cpu
+		perDelta[i] = r.cpuPerDelta
 		if k == c.readers {
-			record(fmt.Sprintf("fanout K=%d %d/s: push→client p50 ms", k, c.rate), pct(lat, 0.50))
-			record(fmt.Sprintf("fanout K=%d %d/s: push→client p99 ms", k, c.rate), pct(lat, 0.99))
-			record(fmt.Sprintf("fanout K=%d %d/s: push→client max ms", k, c.rate), pct(lat, 1))
-			record(fmt.Sprintf("fanout K=%d: server CPU ns per frame", k), cpu/float64(k)*1e9)
+			record(fmt.Sprintf("fanout K=%d %d/s: push→client p50 ms", k, c.rate), pct(r.lat, 0.50))
+			record(fmt.Sprintf("fanout K=%d %d/s: push→client p99 ms", k, c.rate), pct(r.lat, 0.99))
+			record(fmt.Sprintf("fanout K=%d %d/s: push→client max ms", k, c.rate), pct(r.lat, 1))
+			record(fmt.Sprintf("fanout K=%d %d/s: due→client p99 ms", k, c.rate), pct(r.latDue, 0.99))
+			record(fmt.Sprintf("fanout K=%d: server CPU ns per frame", k), r.cpuPerDelta/float64(k)*1e9)
+			record(fmt.Sprintf("fanout K=%d %d/s: pushes per second achieved", k, c.rate), r.rate)
 		}
 	}
 	record(fmt.Sprintf("fanout: CPU per delta, K=%d ÷ K=1", c.readers), perDelta[1]/perDelta[0])
 	return nil
 }
 
-func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int) ([]time.Duration, float64, error) {
+// fanoutResult is one fan-out run's figures.
+type fanoutResult struct {
+	lat    []time.Duration // each delivery, from its append's request (sorted)
+	latDue []time.Duration // each delivery, from when the schedule had its append due (sorted)
+	// cpuPerDelta is the server's CPU seconds per delta; rate the appends per second made.
+	cpuPerDelta, rate float64
+}
+
+// fanoutOnce runs one producer appending c.rate deltas a second for c.seconds to readers
+// subscribers of one stream. Append k is due at k/c.rate seconds from the first; each is made
+// once the last was answered, at once when it is already due: a server whose append waits for
+// its fan-out falls behind the schedule, and its deliveries' delay from their due time
+// (latDue) says so, where their delay from the request (lat) would come from a lighter load.
+func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int) (fanoutResult, error) {
+	var res fanoutResult
 	if err := s.openStream(ctx, id); err != nil {
-		return nil, 0, err
+		return res, err
 	}
 	deltas := c.rate * c.seconds
 	pushedAt := make([]atomic.Int64, deltas)
-	lat := make([][]time.Duration, readers)
+	type delivery struct {
+		k  int
+		at int64
+	}
+	got := make([][]delivery, readers)
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	for i := range readers {
 		conn, r, err := s.subscribe(id, -1)
 		if err != nil {
-			return nil, 0, fmt.Errorf("reader %d: %w", i, err)
+			return res, fmt.Errorf("reader %d: %w", i, err)
 		}
 		wg.Go(func() {
 			defer conn.Close()
@@ -541,7 +561,7 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 				case producer.FrameChunk:
 					for d := range strings.SplitSeq(strings.TrimSuffix(f.Text, ";"), ";") {
 						if k, err := strconv.Atoi(d); err == nil && k < deltas {
-							lat[i] = append(lat[i], time.Duration(now-pushedAt[k].Load()))
+							got[i] = append(got[i], delivery{k, now})
 						}
 					}
 				case producer.FrameStale:
@@ -555,41 +575,50 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 	}
 	cpu0, err := s.cpuSeconds()
 	if err != nil {
-		return nil, 0, err
+		return res, err
 	}
-	tick := time.NewTicker(time.Second / time.Duration(c.rate))
+	every := time.Second / time.Duration(c.rate)
+	first := time.Now()
 	seq := 0
 	for k := range deltas {
-		<-tick.C
+		due := first.Add(time.Duration(k) * every)
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		}
 		text := strconv.Itoa(k) + ";"
 		pushedAt[k].Store(time.Now().UnixNano())
 		if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/append", map[string]any{"text": text, "expectedSeq": seq}, nil); err != nil {
-			tick.Stop()
-			return nil, 0, err
+			return res, err
 		}
 		seq += len(text)
 	}
-	tick.Stop()
+	if deltas > 1 {
+		res.rate = float64(deltas-1) / time.Duration(pushedAt[deltas-1].Load()-pushedAt[0].Load()).Seconds()
+	}
 	cpu1, err := s.cpuSeconds()
 	if err != nil {
-		return nil, 0, err
+		return res, err
 	}
 	if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/close", map[string]any{}, nil); err != nil {
-		return nil, 0, err
+		return res, err
 	}
 	wg.Wait()
 	if err, ok := failed.Load().(error); ok {
-		return nil, 0, err
+		return res, err
 	}
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
+	for _, ds := range got {
+		for _, d := range ds {
+			res.lat = append(res.lat, time.Duration(d.at-pushedAt[d.k].Load()))
+			res.latDue = append(res.latDue, time.Duration(d.at-first.Add(time.Duration(d.k)*every).UnixNano()))
+		}
 	}
-	if len(all) != readers*deltas {
-		return nil, 0, fmt.Errorf("%d deliveries, want %d", len(all), readers*deltas)
+	if len(res.lat) != readers*deltas {
+		return res, fmt.Errorf("%d deliveries, want %d", len(res.lat), readers*deltas)
 	}
-	slices.Sort(all)
-	return all, (cpu1 - cpu0) / float64(deltas), nil
+	slices.Sort(res.lat)
+	slices.Sort(res.latDue)
+	res.cpuPerDelta = (cpu1 - cpu0) / float64(deltas)
+	return res, nil
 }
 
 // idle holds N subscribers of a live stream open and records the server's resident memory per
