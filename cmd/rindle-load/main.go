@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -433,6 +434,49 @@ func nextFrame(r *bufio.Reader) (producer.Frame, error) {
 	}
 }
 
+// nextLive reads the next data frame of a live event stream for the fan-out's readers: its type
+// and, for a chunk, its text (valid until the next read). A thousand readers decoding every
+// frame with encoding/json (100,000 frames a second) spends the CPU of the 2 cores the servers
+// measured beside it need: it reads lines in place and takes a chunk's text straight out of the frame the servers
+// write ({"type":"chunk",…,"text":"…"} with nothing escaped), and decodes any other shape fully.
+func nextLive(r *bufio.Reader, long *[]byte) (producer.FrameType, []byte, error) {
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) { // a long line (a catch-up): gather it
+			*long = append((*long)[:0], line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = r.ReadSlice('\n')
+				*long = append(*long, line...)
+			}
+			line = *long
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		d, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\n")), []byte("data: "))
+		if !ok {
+			continue // id, retry, a comment or the blank line ending an event
+		}
+		if rest, ok := bytes.CutPrefix(d, []byte(`{"type":"`)); ok {
+			if typ, rest, ok := bytes.Cut(rest, []byte(`"`)); ok {
+				if string(typ) != string(producer.FrameChunk) {
+					return producer.FrameType(typ), nil, nil
+				}
+				if _, text, ok := bytes.Cut(rest, []byte(`,"text":"`)); ok {
+					if text, ok = bytes.CutSuffix(text, []byte(`"}`)); ok && !bytes.ContainsAny(text, `"\`) {
+						return producer.FrameChunk, text, nil
+					}
+				}
+			}
+		}
+		var f producer.Frame
+		if err := json.Unmarshal(d, &f); err != nil {
+			return "", nil, fmt.Errorf("frame %.60q: %w", d, err)
+		}
+		return f.Type, []byte(f.Text), nil
+	}
+}
+
 // nextType reads the next data frame of an event stream and returns only its type, without
 // decoding the rest: a herd of readers each decoding a long catch-up chunk would measure this
 // process's JSON decoder, not the server.
@@ -452,6 +496,21 @@ func nextType(r *bufio.Reader) (producer.FrameType, error) {
 		}
 		return producer.FrameType(typ), nil
 	}
+}
+
+// atoi parses a non-negative decimal number without allocating.
+func atoi(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // cpuSeconds is the server process's user+system CPU time so far.
@@ -550,17 +609,19 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 		}
 		wg.Go(func() {
 			defer conn.Close()
+			var long []byte
 			for {
-				f, err := nextFrame(r)
+				typ, text, err := nextLive(r, &long)
 				if err != nil {
 					failed.Store(fmt.Errorf("reader %d: %w", i, err))
 					return
 				}
 				now := time.Now().UnixNano()
-				switch f.Type {
+				switch typ {
 				case producer.FrameChunk:
-					for d := range strings.SplitSeq(strings.TrimSuffix(f.Text, ";"), ";") {
-						if k, err := strconv.Atoi(d); err == nil && k < deltas {
+					// The text is the deltas' numbers, each ended by ';'.
+					for d := range bytes.SplitSeq(bytes.TrimSuffix(text, []byte(";")), []byte(";")) {
+						if k, ok := atoi(d); ok && k < deltas {
 							got[i] = append(got[i], delivery{k, now})
 						}
 					}
