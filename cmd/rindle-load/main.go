@@ -514,8 +514,11 @@ func atoi(b []byte) (int, bool) {
 }
 
 // cpuSeconds is the server process's user+system CPU time so far.
-func (s *server) cpuSeconds() (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+func (s *server) cpuSeconds() (float64, error) { return processCPU(s.pid) }
+
+// processCPU is a process's user+system CPU time so far, in seconds.
+func processCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -568,6 +571,7 @@ func fanout(ctx context.Context, s *server, c config, id string, record func(str
 			record(fmt.Sprintf("fanout K=%d %d/s: push→client max ms", k, c.rate), pct(r.lat, 1))
 			record(fmt.Sprintf("fanout K=%d %d/s: due→client p99 ms", k, c.rate), pct(r.latDue, 0.99))
 			record(fmt.Sprintf("fanout K=%d: server CPU ns per frame", k), r.cpuPerDelta/float64(k)*1e9)
+			record(fmt.Sprintf("fanout K=%d: client CPU ns per frame", k), r.clientCPUPerDelta/float64(k)*1e9)
 			record(fmt.Sprintf("fanout K=%d %d/s: pushes per second achieved", k, c.rate), r.rate)
 		}
 	}
@@ -579,8 +583,9 @@ func fanout(ctx context.Context, s *server, c config, id string, record func(str
 type fanoutResult struct {
 	lat    []time.Duration // each delivery, from its append's request (sorted)
 	latDue []time.Duration // each delivery, from when the schedule had its append due (sorted)
-	// cpuPerDelta is the server's CPU seconds per delta; rate the appends per second made.
-	cpuPerDelta, rate float64
+	// cpuPerDelta is the server's CPU seconds per delta, clientCPUPerDelta this process's
+	// (its readers and producer); rate the appends per second made.
+	cpuPerDelta, clientCPUPerDelta, rate float64
 }
 
 // fanoutOnce runs one producer appending c.rate deltas a second for c.seconds to readers
@@ -638,6 +643,10 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 	if err != nil {
 		return res, err
 	}
+	own0, err := processCPU(os.Getpid())
+	if err != nil {
+		return res, err
+	}
 	every := time.Second / time.Duration(c.rate)
 	first := time.Now()
 	seq := 0
@@ -660,6 +669,10 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 	if err != nil {
 		return res, err
 	}
+	own1, err := processCPU(os.Getpid())
+	if err != nil {
+		return res, err
+	}
 	if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/close", map[string]any{}, nil); err != nil {
 		return res, err
 	}
@@ -679,6 +692,7 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 	slices.Sort(res.lat)
 	slices.Sort(res.latDue)
 	res.cpuPerDelta = (cpu1 - cpu0) / float64(deltas)
+	res.clientCPUPerDelta = (own1 - own0) / float64(deltas)
 	return res, nil
 }
 
