@@ -436,9 +436,10 @@ func nextFrame(r *bufio.Reader) (producer.Frame, error) {
 
 // nextLive reads the next data frame of a live event stream for the fan-out's readers: its type
 // and, for a chunk, its text (valid until the next read). A thousand readers decoding every
-// frame with encoding/json (100,000 frames a second) spends the CPU of the 2 cores the servers
-// measured beside it need: it reads lines in place and takes a chunk's text straight out of the frame the servers
-// write ({"type":"chunk",…,"text":"…"} with nothing escaped), and decodes any other shape fully.
+// frame with encoding/json (100,000 frames a second) spend CPU of the 2 cores that the servers
+// measured beside them need, so it reads lines in place and takes a chunk's text straight out
+// of the frame the servers write ({"type":"chunk",…,"text":"…"}, nothing escaped); any other
+// shape it decodes fully.
 func nextLive(r *bufio.Reader, long *[]byte) (producer.FrameType, []byte, error) {
 	for {
 		line, err := r.ReadSlice('\n')
