@@ -84,7 +84,7 @@ func benchFanoutDirect(b *testing.B, k int, shared bool) {
 }
 
 // socketPair is a connected pair of Unix stream sockets.
-func socketPair(b *testing.B) (net.Conn, net.Conn) {
+func socketPair(b testing.TB) (net.Conn, net.Conn) {
 	b.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 	if err != nil {

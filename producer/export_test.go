@@ -1,5 +1,10 @@
 package producer
 
+import (
+	"net"
+	"syscall"
+)
+
 // SetDirectSink makes d's fast writes go to sink instead of the sockets (BenchmarkFanoutDirect).
 // writer is the index of the writer goroutine writing (0 to Writers-1): each calls sink from
 // its own goroutine only.
@@ -8,3 +13,15 @@ func SetDirectSink(d *DirectWriter, sink func(writer int, p []byte) (int, error)
 // DirectWriterOf is the writer (as SetDirectSink numbers them) that the n-th reader started on
 // d (counting from 1) goes to.
 func DirectWriterOf(d *DirectWriter, n int) int { return d.shardOf(n) }
+
+// NonblockingWrite is the direct writer's non-blocking write to c's socket, set up once as a
+// reader's is: each call writes until the socket would block and says what it took.
+func NonblockingWrite(c net.Conn) (func([]byte) (int, error), error) {
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	w := &nonblockingWriter{}
+	w.init(raw)
+	return w.Write, nil
+}
