@@ -600,7 +600,7 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 		return res, err
 	}
 	deltas := c.rate * c.seconds
-	pushedAt := make([]atomic.Int64, deltas)
+	pushedAt := make([]int64, deltas) // read once the readers are done
 	type delivery struct {
 		k  int
 		at int64
@@ -657,14 +657,14 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 			time.Sleep(wait)
 		}
 		text := strconv.Itoa(k) + ";"
-		pushedAt[k].Store(time.Now().UnixNano())
+		pushedAt[k] = time.Now().UnixNano()
 		if err := s.call(ctx, http.MethodPost, "/v1/streams/"+id+"/append", map[string]any{"text": text, "expectedSeq": seq}, nil); err != nil {
 			return res, err
 		}
 		seq += len(text)
 	}
 	if deltas > 1 {
-		res.rate = float64(deltas-1) / time.Duration(pushedAt[deltas-1].Load()-pushedAt[0].Load()).Seconds()
+		res.rate = float64(deltas-1) / time.Duration(pushedAt[deltas-1]-pushedAt[0]).Seconds()
 	}
 	cpu1, err := s.cpuSeconds()
 	if err != nil {
@@ -683,7 +683,7 @@ func fanoutOnce(ctx context.Context, s *server, c config, id string, readers int
 	}
 	for _, ds := range got {
 		for _, d := range ds {
-			res.lat = append(res.lat, time.Duration(d.at-pushedAt[d.k].Load()))
+			res.lat = append(res.lat, time.Duration(d.at-pushedAt[d.k]))
 			res.latDue = append(res.latDue, time.Duration(d.at-first.Add(time.Duration(d.k)*every).UnixNano()))
 		}
 	}
