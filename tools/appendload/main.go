@@ -1,7 +1,9 @@
 // Command appendload measures acknowledged Durable Streams appends per second over HTTP: W
 // goroutines, each creating a text stream of its own and appending to it with one request in
-// flight, for a number of seconds. It prints one line, "N appends/s". It is the client of the
-// README's "group commit on ÷ off" row (run.sh starts a fresh rindled per repetition).
+// flight, for a number of seconds. It prints one line, "N appends/s (client CPU C µs per
+// append)", C being this process's own user and system time. It is the client of the README's
+// "group commit on ÷ off" row (run.sh starts a fresh rindled per repetition) and of the
+// comparison with the reference server (vs-reference.sh).
 //
 //	go run ./tools/appendload -base http://127.0.0.1:8080 -token TOKEN -w 8 -s 5
 package main
@@ -15,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -76,6 +79,16 @@ func run(base, token string, writers int, d time.Duration) error {
 	if first != nil {
 		return first
 	}
-	fmt.Printf("%.0f appends/s\n", float64(acked.Load())/d.Seconds())
+	n := acked.Load()
+	fmt.Printf("%.0f appends/s (client CPU %.0f µs per append)\n", float64(n)/d.Seconds(), ownCPU().Seconds()*1e6/float64(max(n, 1)))
 	return nil
+}
+
+// ownCPU is this process's user and system time so far.
+func ownCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
