@@ -122,6 +122,34 @@ func TestGroupCommitCarriesWaitingCheckpoints(t *testing.T) {
 	require.EqualValues(t, 8, w.fdb.grouped.Load())
 }
 
+// A checkpoint that finds a slot free while another transaction runs yields once, to let
+// writers that transaction answered join it, and then runs: it never waits on the running one.
+func TestGroupCommitFreeSlotDoesNotWaitOnTheRunningTransaction(t *testing.T) {
+	t.Parallel()
+	w := newGroupWorld(t, 2, checkpoint.Config{Writers: 2})
+	gate := make(chan struct{})
+	w.fdb.set(func(f *faultDB) { f.gate = gate })
+	held := make(chan appendResult, 1)
+	go func() {
+		res, err := w.store.Append(t.Context(), producer.AppendInput{StreamID: "g0", From: 0, Seq: 300, Text: strings.Repeat("a", 300)})
+		held <- appendResult{res, err}
+	}()
+	<-w.fdb.held
+	w.fdb.set(func(f *faultDB) { f.gate = nil }) // g0's transaction stays at the gate
+	res, err := w.store.Append(t.Context(), producer.AppendInput{StreamID: "g1", From: 0, Seq: 300, Text: strings.Repeat("b", 300)})
+	require.NoError(t, err)
+	require.Equal(t, producer.Seq(300), res.Durable)
+	seq, text := w.stored(t, "g1")
+	require.Equal(t, producer.Seq(300), seq)
+	require.Equal(t, strings.Repeat("b", 300), text)
+	seq, _ = w.stored(t, "g0")
+	require.Zero(t, seq, "g0's transaction is still held")
+	close(gate)
+	r := <-held
+	require.NoError(t, r.err)
+	require.Equal(t, producer.Seq(300), r.res.Durable)
+}
+
 // A statement the server refuses fails its own checkpoint only: the others, rolled back with
 // it, are committed again without it, and the refused one confirms nothing.
 func TestGroupCommitIsolatesARefusedStatement(t *testing.T) {
