@@ -11,6 +11,7 @@
 set -euo pipefail
 W=${1:-8}
 RUNS=${2:-3}
+SECS=5 # each run's length: the client's -s, and what its appends/s are per
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 ds=$root/tools/ds-conformance
@@ -61,14 +62,14 @@ node_server() {
 measure() {
 	local name=$1 base=$2 token=$3
 	shift 3
-	local out rate
+	local out rate used
 	procs "$@" | sort -u -k1,1 >"$work/cpu0"
-	out=$("$work/appendload" -base "$base" -token "$token" -w "$W" -s 5)
+	out=$("$work/appendload" -base "$base" -token "$token" -w "$W" -s "$SECS")
 	procs "$@" | sort -u -k1,1 >"$work/cpu1"
 	rate=${out%% appends/s*}
 	# A process that started during the run (a backend) counts from zero.
 	used=$(awk 'NR == FNR { t0[$1] = $2; next } { d += $2 - t0[$1] } END { print d + 0 }' "$work/cpu0" "$work/cpu1")
-	echo "rep $rep $name: $out, server CPU $(awk -v d="$used" -v hz="$hz" -v r="$rate" 'BEGIN { printf "%.0f", d / hz / (r * 5) * 1e6 }') µs per append"
+	echo "rep $rep $name: $out, server CPU $(awk -v d="$used" -v hz="$hz" -v r="$rate" -v s="$SECS" 'BEGIN { printf "%.0f", d / hz / (r * s) * 1e6 }') µs per append"
 	echo "$name $rate" >>"$work/rates"
 }
 
