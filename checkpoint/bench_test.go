@@ -1,6 +1,7 @@
 package checkpoint_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -12,9 +13,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
@@ -269,6 +272,10 @@ func BenchmarkWALPerByte(b *testing.B) {
 // pgbench runs twice: with as many clients as the Store has transactions in flight
 // (checkpoint.DefaultWriters), which is the like-for-like comparison and the "ratio" metric, and
 // with 16 clients, PostgreSQL's ceiling with four times the Store's connections ("ratio16").
+//
+// Both sides share the machine's cores with their server, so it also reports each side's CPU per
+// checkpoint, read per process: the client's (this process's own during the grouped Store's run;
+// pgbench's from its exit status) and the server's (every PostgreSQL process, from /proc).
 func BenchmarkCheckpointSaturation(b *testing.B) {
 	pgbench, err := pgcluster.Binary("pgbench")
 	if err != nil {
@@ -294,6 +301,7 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 				require.NoError(b, store.Open(ctx, producer.OpenInput{StreamID: fmt.Sprintf("%s%d", prefix, i+1)}))
 			}
 			counted.txs.Store(0) // count the checkpoints' transactions only
+			selfBefore, serverBefore := selfCPU(b), clusterCPU(b, db.Pool)
 			deadline := time.Now().Add(runFor)
 			for i := range clients {
 				id := fmt.Sprintf("%s%d", prefix, i+1)
@@ -310,6 +318,10 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 				})
 			}
 			wg.Wait()
+			if n := float64(done.Load()); n > 0 && cfg.MaxGroup == 0 {
+				b.ReportMetric((selfCPU(b)-selfBefore).Seconds()*1e6/n, "store-client-µs/checkpoint")
+				b.ReportMetric((clusterCPU(b, db.Pool)-serverBefore).Seconds()*1e6/n, "store-server-µs/checkpoint")
+			}
 			return float64(done.Load()) / runFor.Seconds(), float64(done.Load()) / float64(max(1, counted.txs.Load()))
 		}
 		ours, perTx := rate("s", checkpoint.Config{})
@@ -339,22 +351,29 @@ SELECT * FROM cas;
 		path := filepath.Join(b.TempDir(), "checkpoint.sql")
 		require.NoError(b, os.WriteFile(path, []byte(script.String()), 0o644))
 		// pgbenchRate runs the script from c clients: checkpoints/s.
-		pgbenchRate := func(c int) float64 {
+		// With report, it also reports pgbench's CPU and its server's per checkpoint.
+		pgbenchRate := func(c int, report bool) float64 {
 			cmd := exec.CommandContext(ctx, pgbench, "-n", "-M", "prepared", "-f", path, "-c", fmt.Sprint(c), "-j", "2",
 				"-T", fmt.Sprint(int(runFor.Seconds())), db.URL)
+			serverBefore := clusterCPU(b, db.Pool)
 			out, err := cmd.CombinedOutput()
 			require.NoError(b, err, "%s", out)
+			serverUsed := clusterCPU(b, db.Pool) - serverBefore
 			m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
 			require.NotNil(b, m, "%s", out)
 			tps, err := strconv.ParseFloat(string(m[1]), 64)
 			require.NoError(b, err)
+			if n := tps * float64(group) * runFor.Seconds(); report && n > 0 {
+				b.ReportMetric((cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()).Seconds()*1e6/n, "pgbench-client-µs/checkpoint")
+				b.ReportMetric(serverUsed.Seconds()*1e6/n, "pgbench-server-µs/checkpoint")
+			}
 			return tps * float64(group)
 		}
-		theirs := pgbenchRate(checkpoint.DefaultWriters)
+		theirs := pgbenchRate(checkpoint.DefaultWriters, true)
 		var moved int64
 		require.NoError(b, db.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE id LIKE 'p%' AND seq > 0`).Scan(&moved))
 		require.Equal(b, int64(checkpoint.DefaultWriters*group), moved, "every pgbench stream took checkpoints: the script wrote what it claims")
-		ceiling := pgbenchRate(clients)
+		ceiling := pgbenchRate(clients, false)
 		b.ReportMetric(ours, "store-checkpoints/s")
 		b.ReportMetric(perTx, "store-checkpoints/tx")
 		b.ReportMetric(alone, "ungrouped-checkpoints/s")
@@ -422,4 +441,53 @@ func BenchmarkProtocolAppend(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 		})
 	}
+}
+
+// selfCPU is this process's user and system CPU so far.
+func selfCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(tb, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clusterCPU is the CPU so far of the PostgreSQL server pool talks to: its postmaster, the
+// children it has reaped (a pgbench run's backends, once they exit) and the children still
+// running, read from /proc (in clock ticks of 10 ms). Only differences mean anything: a
+// backend that started and ended between two reads is in the second's reaped time.
+func clusterCPU(tb testing.TB, pool *pgxpool.Pool) time.Duration {
+	var backend int
+	require.NoError(tb, pool.QueryRow(tb.Context(), "SELECT pg_backend_pid()").Scan(&backend))
+	stat := func(pid int) []string { // the fields after the command's name; nil if the process is gone
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil
+		}
+		return strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	}
+	ticks := func(f []string, fields ...int) (n int64) {
+		for _, i := range fields {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			n += v
+		}
+		return n
+	}
+	f := stat(backend)
+	require.NotNil(tb, f, "backend %d's /proc/stat", backend)
+	postmaster, err := strconv.Atoi(f[1]) // ppid
+	require.NoError(tb, err)
+	pm := stat(postmaster)
+	require.NotNil(tb, pm, "postmaster %d's /proc/stat", postmaster)
+	total := ticks(pm, 11, 12, 13, 14) // utime, stime, cutime, cstime
+	entries, err := os.ReadDir("/proc")
+	require.NoError(tb, err)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := stat(pid); f != nil && f[1] == strconv.Itoa(postmaster) {
+			total += ticks(f, 11, 12)
+		}
+	}
+	return time.Duration(total) * 10 * time.Millisecond
 }
