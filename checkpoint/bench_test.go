@@ -191,11 +191,13 @@ func BenchmarkStoreAppend(b *testing.B) {
 // BenchmarkWALPerByte is the WAL a realistic answer costs per produced byte under the default
 // policy (512-unit or 750 ms checkpoints, then the compacting seal): multilingual text from the
 // demo's generator at a model's pace (200 pieces a second), 20 streams at once. "Default" maps the traceparent column,
-// as rindled does; "NoTraceparent" shows what that column costs; "Chars1024" is Default with
-// checkpoints forced at 1,024 units instead of the seed's 512 (the interval unchanged), the
-// policy lever that the WAL figure answers to most.
+// as rindled does, and commits inside sampled spans (rindled with a trace exporter); "NoTraceparent"
+// shows what that column costs; "Chars1024" is Default with checkpoints forced at 1,024 units
+// instead of the seed's 512 (the interval unchanged), the policy lever that the WAL figure
+// answers to most; "Chars1024Unsampled" is rindled's default: 1,024 units, no exporter, so its
+// spans are unsampled and write no traceparent.
 func BenchmarkWALPerByte(b *testing.B) {
-	for _, mode := range []string{"Default", "NoTraceparent", "Chars1024"} {
+	for _, mode := range []string{"Default", "NoTraceparent", "Chars1024", "Chars1024Unsampled"} {
 		b.Run(mode, func(b *testing.B) {
 			db := pgtest.NewDB(b)
 			tables := checkpoint.DefaultTables()
@@ -206,12 +208,16 @@ func BenchmarkWALPerByte(b *testing.B) {
 			require.NoError(b, err)
 			cfg := producer.Config{Committer: store,
 				Authorize: func(context.Context, producer.AuthorizeInput) (bool, error) { return true, nil }}
-			if mode == "Chars1024" {
+			if strings.HasPrefix(mode, "Chars1024") {
 				cfg.CheckpointChars = 1024
 			}
 			if mode != "NoTraceparent" {
-				// rindled commits inside a span, so every chunk row carries a traceparent.
-				sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+				// rindled commits inside a span: a sampled one's traceparent goes into every chunk row.
+				flags := trace.FlagsSampled
+				if mode == "Chars1024Unsampled" {
+					flags = 0
+				}
+				sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: flags})
 				cfg.CommitContextFunc = func(ctx context.Context, _ producer.CheckpointInfo) (context.Context, func(error)) {
 					return trace.ContextWithSpanContext(ctx, sc), func(error) {}
 				}

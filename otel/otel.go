@@ -54,8 +54,9 @@ type Config struct {
 	ServiceVersion string
 	// OTLPEndpoint is the base URL of an OTLP/HTTP collector (OTEL_EXPORTER_OTLP_ENDPOINT,
 	// e.g. http://collector:4318); traces go to /v1/traces and metrics to /v1/metrics. Empty
-	// means no OTLP export: metrics stay on the Prometheus handler, spans go nowhere unless
-	// SpanExporter is set.
+	// means no OTLP export: metrics stay on the Prometheus handler, and unless SpanExporter is
+	// set the traces this process starts are not sampled (a caller's sampled trace still is),
+	// so they cost no recording and the checkpoints write no traceparent.
 	OTLPEndpoint string
 	// NoOTLPMetrics keeps metrics off OTLP (OTEL_METRICS_EXPORTER=none): they are served at
 	// /metrics only, for a Prometheus that scrapes, while spans still go to OTLPEndpoint.
@@ -115,6 +116,12 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, func(context.Context) e
 	metricOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithView(httpMetricsView)}
 	if cfg.SpanExporter != nil {
 		traceOpts = append(traceOpts, sdktrace.WithSyncer(cfg.SpanExporter))
+	}
+	if cfg.SpanExporter == nil && strings.TrimRight(cfg.OTLPEndpoint, "/") == "" {
+		// Spans would go nowhere: record none that this process starts. Each still gets a
+		// valid, unsampled span context (so links and logs can name it), and a caller's sampled
+		// trace context is still honoured and passed on.
+		traceOpts = append(traceOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
 	}
 	if cfg.MetricReader != nil {
 		metricOpts = append(metricOpts, sdkmetric.WithReader(cfg.MetricReader))

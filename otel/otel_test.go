@@ -18,6 +18,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	rotel "github.com/rindle-sh/rindle-go/otel"
 	"github.com/rindle-sh/rindle-go/producer"
@@ -209,6 +210,45 @@ func TestHTTPHandlerTracesRoutesContinuesCallersAndSkipsStreams(t *testing.T) {
 	require.Equal(t, "GET /v1/streams/{id}", got[0].Name, "named by the route pattern, not the id")
 	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", got[0].SpanContext.TraceID().String(), "continues the caller's trace")
 	require.Equal(t, "b7ad6b7169203331", got[0].Parent.SpanID().String())
+}
+
+// With no exporter, spans would go nowhere: the ones this process starts are not sampled, so
+// nothing is recorded and a checkpoint writes no traceparent (checkpoint's
+// TestOnlyASampledCheckpointWritesItsTraceparent), while each span context stays valid for
+// links. A caller's sampled trace context is still continued and passed on.
+func TestWithoutAnExporterOnlyACallersSampledTraceIsSampled(t *testing.T) {
+	t.Parallel()
+	tel, shutdown, err := rotel.Setup(t.Context(), rotel.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, shutdown(context.Background())) })
+
+	ctx, settled := tel.Instruments.CommitContext(context.Background(), producer.CheckpointInfo{StreamID: "m", Seq: 4})
+	span := trace.SpanFromContext(ctx)
+	require.True(t, span.SpanContext().IsValid(), "a valid span context, for links")
+	require.False(t, span.SpanContext().IsSampled())
+	require.False(t, span.IsRecording(), "nothing recorded for a trace that goes nowhere")
+	settled(nil)
+
+	seen := make(chan trace.SpanContext, 2)
+	srv := httptest.NewServer(tel.HTTPHandler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		seen <- trace.SpanContextFromContext(r.Context())
+	}), nil))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/streams/m")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.False(t, (<-seen).IsSampled(), "a request without a trace context starts no sampled trace")
+
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	req, err := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/streams/m", nil)
+	require.NoError(t, err)
+	req.Header.Set("traceparent", parent)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	sc := <-seen
+	require.True(t, sc.IsSampled(), "the caller's sampling decision is honoured")
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", sc.TraceID().String())
 }
 
 func TestSetupRefusesANegativeIntervalByField(t *testing.T) {
