@@ -38,14 +38,17 @@ func (p *Protocol) appendGrouped(ctx context.Context, in AppendStream) (AppendOu
 	return j.out, err
 }
 
-// runAppends runs a group of appends, one per stream, as one transaction of three round trips:
+// runAppends runs a group of appends, one per stream, as one transaction of two round trips:
 //
-//  1. BEGIN, and lock the group's streams' rows, skipping those another transaction holds
-//     (SKIP LOCKED: a group never waits on a row lock, so it neither stalls behind one
-//     stream's long transaction nor deadlocks with another group). An append whose row was
-//     not locked (held, missing or deleted) runs alone, as appendOnce, whose answers those are.
-//  2. Each locked append's reads, as a lone append reads them (queueAppendReads).
-//  3. Each append's writes, decided by planAppend from its reads, then COMMIT.
+//  1. BEGIN; lock the group's streams' rows, skipping those another transaction holds (SKIP
+//     LOCKED: a group never waits on a row lock, so it neither stalls behind one stream's long
+//     transaction nor deadlocks with another group); then each append's reads, as a lone append
+//     reads them (queueAppendReads), each a statement of its own and so read after the lock.
+//     The reads of an append whose row was not locked (held, missing or deleted) are dropped,
+//     and it runs alone, as appendOnce, whose answers those are. A producer's state is read
+//     FOR UPDATE NOWAIT: a producer row held by another transaction fails the group's reads,
+//     having written nothing, and every append of the group runs alone instead of waiting.
+//  2. Each append's writes, decided by planAppend from its reads, then COMMIT.
 //
 // Answers are a lone append's: a refusal, a duplicate or a close of a closed stream ends its
 // append at once (it writes nothing); the rest are acknowledged only once the COMMIT is. A
@@ -76,78 +79,74 @@ func (p *Protocol) runAppends(batch []*batchItem[appendJob]) {
 		return
 	}
 	defer conn.Release()
-	locked, err := lockGroup(ctx, conn, batch)
-	if err != nil {
-		alone(batch)
-	} else {
-		var kept []*batchItem[appendJob]
-		for _, it := range batch {
-			if locked[it.v.in.Path] {
-				kept = append(kept, it)
-			} else {
-				alone([]*batchItem[appendJob]{it})
-			}
-		}
-		alone(p.appendLocked(ctx, conn, kept))
-	}
+	alone(p.appendGroup(ctx, conn, batch))
 	_ = rollbackOpen(ctx, conn) // a failed ROLLBACK leaves the connection to be destroyed on release
 }
 
-// lockGroup begins the transaction and locks the rows of the group's live streams that no
-// other transaction holds; it returns the paths locked.
-func lockGroup(ctx context.Context, conn batchSender, batch []*batchItem[appendJob]) (map[string]bool, error) {
+// appendGroup is runAppends' transaction on conn. It ends every append it answers and returns
+// the others, which wrote nothing and run alone.
+func (p *Protocol) appendGroup(ctx context.Context, conn batchSender, batch []*batchItem[appendJob]) (alone []*batchItem[appendJob]) {
 	paths := make([]string, len(batch))
 	for i, it := range batch {
 		paths[i] = it.v.in.Path
 	}
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue("SELECT path FROM ds_streams WHERE path = ANY($1) AND deleted_at IS NULL FOR UPDATE SKIP LOCKED", paths)
-	br := conn.SendBatch(ctx, b)
-	locked := map[string]bool{}
-	if _, err := br.Exec(); err != nil {
+	reads := &pgx.Batch{}
+	reads.Queue("BEGIN")
+	reads.Queue("SELECT path FROM ds_streams WHERE path = ANY($1) AND deleted_at IS NULL FOR UPDATE SKIP LOCKED", paths)
+	for _, it := range batch {
+		p.queueAppendReads(reads, it.v.in, true)
+	}
+	br := conn.SendBatch(ctx, reads)
+	if _, err := br.Exec(); err != nil { // BEGIN
 		_ = br.Close()
-		return nil, err
+		return batch
 	}
 	rows, err := br.Query()
-	if err == nil {
-		var got []string
-		got, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		for _, path := range got {
-			locked[path] = true
-		}
+	if err != nil {
+		_ = br.Close()
+		return batch
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		_ = br.Close()
+		return batch
 	}
-	return locked, err
-}
-
-// appendLocked is runAppends' second and third round trips, in the transaction lockGroup began,
-// for appends whose rows it holds. It ends every append it answers and returns the others,
-// which wrote nothing and run alone.
-func (p *Protocol) appendLocked(ctx context.Context, conn batchSender, batch []*batchItem[appendJob]) (alone []*batchItem[appendJob]) {
-	if len(batch) == 0 {
-		return nil
+	locked := make(map[string]bool, len(got))
+	for _, path := range got {
+		locked[path] = true
 	}
-	reads := &pgx.Batch{}
+	var kept []*batchItem[appendJob] // the appends whose rows this transaction holds
+	var states []appendState
+	var errs []error
 	for _, it := range batch {
-		p.queueAppendReads(reads, it.v.in)
-	}
-	states := make([]appendState, len(batch))
-	errs := make([]error, len(batch))
-	br := conn.SendBatch(ctx, reads)
-	for i, it := range batch {
-		states[i], errs[i] = p.scanAppendReads(br, it.v.in)
-		if errs[i] != nil && !isAnswer(errs[i]) {
+		st, err := p.scanAppendReads(br, it.v.in)
+		if err != nil && !isAnswer(err) {
+			// The transaction is broken (a producer row another transaction holds, say), or a
+			// read came back unreadable: nothing was written, and every append runs alone.
 			_ = br.Close()
-			return batch // the transaction is broken: nothing was written
+			return batch
 		}
+		if !locked[it.v.in.Path] {
+			alone = append(alone, it) // its reads are not under its lock: dropped
+			continue
+		}
+		kept = append(kept, it)
+		states = append(states, st)
+		errs = append(errs, err)
 	}
 	if err := br.Close(); err != nil {
 		return batch
 	}
+	for _, it := range alone {
+		it.end(errAlone) // now, not after the COMMIT: it waits on its row's holder, not on this group
+	}
+	return p.writeGroup(ctx, conn, kept, states, errs)
+}
 
+// writeGroup is the group's second round trip: the writes of the appends whose rows the
+// transaction holds, decided from their reads (states, errs), then the COMMIT. It ends every
+// append it answers and returns the others, which wrote nothing and run alone.
+func (p *Protocol) writeGroup(ctx context.Context, conn batchSender, batch []*batchItem[appendJob], states []appendState, errs []error) (alone []*batchItem[appendJob]) {
 	writes := &pgx.Batch{}
 	var owner []*batchItem[appendJob] // owner[k]: the append of writes' k-th statement
 	var rest []*batchItem[appendJob]  // the appends that write
@@ -172,7 +171,7 @@ func (p *Protocol) appendLocked(ctx context.Context, conn batchSender, batch []*
 		return nil
 	}
 	writes.Queue("COMMIT")
-	br = conn.SendBatch(ctx, writes)
+	br := conn.SendBatch(ctx, writes)
 	for k := range writes.QueuedQueries {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()

@@ -310,7 +310,18 @@ func TestAHeldStreamTakesNoAppendSlot(t *testing.T) {
 	f := newGroupFixture(t, "held", "a")
 	release := f.lock("held")
 	held := f.start(f.text("held", "h"))
-	require.Eventually(t, func() bool { // the append to the held stream waits on its lock
+	f.answeredWhileOneWaits(held)
+	release()
+	require.NoError(t, recv(t, held).err)
+	require.Equal(t, "h", f.read("held"))
+}
+
+// answeredWhileOneWaits checks that the append held is waiting on a row lock, outside the one
+// slot: an append to stream "a" is answered meanwhile, and held is not.
+func (f *groupFixture) answeredWhileOneWaits(held chan groupedResult) {
+	t := f.t
+	t.Helper()
+	require.Eventually(t, func() bool { // the held append waits on a lock
 		var waiting int
 		require.NoError(t, f.db.Pool.QueryRow(t.Context(),
 			"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting))
@@ -320,10 +331,72 @@ func TestAHeldStreamTakesNoAppendSlot(t *testing.T) {
 	require.NoError(t, a.err)
 	select {
 	case r := <-held:
+		t.Fatalf("the held append returned before its lock was let go: %+v", r)
+	default:
+	}
+}
+
+// heldProducer appends "h0" to stream "held" as producer p (seq 0), then holds p's state row,
+// and with stream also the stream's own row, in a transaction of its own (the reaper holds the
+// first alone; an append holds both) until the returned function commits it. It returns p's
+// next append, "h1" at seq 1.
+func (f *groupFixture) heldProducer(stream bool) (checkpoint.AppendStream, func()) {
+	f.t.Helper()
+	ctx := f.t.Context()
+	first := f.text("held", "h0")
+	first.Producer = &checkpoint.ProducerRef{ID: "p", Epoch: 0, Seq: 0}
+	_, err := f.p.Append(ctx, first)
+	require.NoError(f.t, err)
+	tx, err := f.db.Pool.Begin(ctx)
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if stream {
+		_, err = tx.Exec(ctx, "SELECT 1 FROM ds_streams WHERE path = 'held' FOR UPDATE")
+		require.NoError(f.t, err)
+	}
+	tag, err := tx.Exec(ctx, "SELECT 1 FROM ds_producers WHERE path = 'held' AND producer_id = 'p' FOR UPDATE")
+	require.NoError(f.t, err)
+	require.Equal(f.t, int64(1), tag.RowsAffected(), "the producer's state row exists")
+	next := f.text("held", "h1")
+	next.Producer = &checkpoint.ProducerRef{ID: "p", Epoch: 0, Seq: 1}
+	return next, func() { require.NoError(f.t, tx.Commit(ctx)) }
+}
+
+// A group commit reads every append's state in the round trip that locks the group's rows, so
+// it also reads the producer state of a stream whose row it did not get. When the transaction
+// holding that stream holds its producer's row too, the group must not wait on it: it runs
+// alone what it cannot lock, and the others are answered while the row is held.
+func TestAGroupDoesNotWaitOnAHeldProducerRow(t *testing.T) {
+	t.Parallel()
+	f := newGroupFixture(t, "held", "a")
+	next, release := f.heldProducer(true)
+	res := f.group(next, f.text("a", "a1"))
+	a := recv(t, res[1])
+	require.NoError(t, a.err, "answered while the held stream's producer row is held")
+	select {
+	case r := <-res[0]:
 		t.Fatalf("the append to the held stream returned before its lock was let go: %+v", r)
 	default:
 	}
 	release()
-	require.NoError(t, recv(t, held).err)
-	require.Equal(t, "h", f.read("held"))
+	h := recv(t, res[0])
+	require.NoError(t, h.err)
+	require.Equal(t, int64(1), h.out.ProducerSeq)
+	require.Equal(t, "h0h1", f.read("held"))
+	require.Equal(t, "a1", f.read("a"))
+}
+
+// A slot's lone append locks its stream's row, then reads its producer's state without waiting
+// on it: a producer row that another transaction holds alone (the reaper's batch) sends the
+// append to wait outside the slot, and an append to another stream is answered meanwhile.
+func TestAHeldProducerRowTakesNoAppendSlot(t *testing.T) {
+	t.Parallel()
+	f := newGroupFixture(t, "held", "a")
+	next, release := f.heldProducer(false)
+	held := f.start(next)
+	f.answeredWhileOneWaits(held) // it waits on the producer's row, outside the slot
+	release()
+	h := recv(t, held)
+	require.NoError(t, h.err)
+	require.Equal(t, "h0h1", f.read("held"))
 }

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rindle-sh/rindle-go/producer"
@@ -59,7 +60,7 @@ type ProtocolConfig struct {
 	// Writers is how many append transactions run at once. Appends that arrive while they all
 	// run wait and go together in the next one, up to MaxGroup, one per stream (group commit:
 	// appends to different streams share a transaction and its WAL flush). Zero means
-	// DefaultWriters.
+	// DefaultAppendWriters.
 	Writers int
 	// MaxGroup bounds the appends one transaction commits. Zero means DefaultMaxGroup; 1 turns
 	// group commit off: every append is its own transaction, run as soon as it comes.
@@ -70,6 +71,9 @@ type ProtocolConfig struct {
 func NewProtocol(cfg ProtocolConfig) (*Protocol, error) {
 	if cfg.Pool == nil {
 		return nil, &ConfigError{Field: "Pool", Reason: "is required"}
+	}
+	if cfg.Writers == 0 {
+		cfg.Writers = DefaultAppendWriters
 	}
 	writers, maxGroup, err := groupSize(cfg.Writers, cfg.MaxGroup)
 	if err != nil {
@@ -932,7 +936,7 @@ func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in App
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(lock, in.Path)
-	s.queueAppendReads(b, in)
+	s.queueAppendReads(b, in, skipLocked)
 	br := conn.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); cerr != nil && err == nil {
@@ -950,17 +954,35 @@ func (s *schema) readAppendState(ctx context.Context, conn *pgxpool.Conn, in App
 	case skipLocked && locked.RowsAffected() == 0:
 		return st, errAlone // held by another transaction (or missing): not waited on here
 	}
-	return s.scanAppendReads(br, in)
+	st, err = s.scanAppendReads(br, in)
+	if skipLocked && isLockNotAvailable(err) {
+		return st, errAlone // its producer's row is held (by the reaper, say): not waited on here
+	}
+	return st, err
+}
+
+// isLockNotAvailable reports err is a NOWAIT lock that another transaction holds (SQLSTATE
+// 55P03).
+func isLockNotAvailable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
 // queueAppendReads queues what an append's checks read once its stream's row is locked, each
 // in a statement of its own (as lockMeta explains): the stream, its closure and writer
-// sequence, and the producer's state, locked.
-func (s *schema) queueAppendReads(b *pgx.Batch, in AppendStream) {
+// sequence, and the producer's state, locked. With nowait, the producer's lock fails (55P03)
+// instead of waiting when another transaction holds it: the reads of a group commit's slot,
+// which must never wait on a row lock, and which may be reads of a stream whose row the slot
+// did not get (another transaction's, which may hold its producer's row too).
+func (s *schema) queueAppendReads(b *pgx.Batch, in AppendStream, nowait bool) {
 	b.Queue(s.meta, in.Path)
 	b.Queue("SELECT closed_by, closed_epoch, closed_seq, stream_seq FROM ds_streams WHERE path = $1", in.Path)
 	if in.Producer != nil {
-		b.Queue("SELECT epoch, last_seq FROM ds_producers WHERE path = $1 AND producer_id = $2 FOR UPDATE", in.Path, in.Producer.ID)
+		lock := "SELECT epoch, last_seq FROM ds_producers WHERE path = $1 AND producer_id = $2 FOR UPDATE"
+		if nowait {
+			lock += " NOWAIT"
+		}
+		b.Queue(lock, in.Path, in.Producer.ID)
 	}
 }
 

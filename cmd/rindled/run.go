@@ -35,15 +35,16 @@ import (
 
 // settings are every knob, from flags with environment defaults.
 type settings struct {
-	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL                     string
-	corsOrigins, debugAddr, secretFile, logFormat, issuersFile, otlpMetrics                     string
-	logLevel                                                                                    slog.Level
-	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                                     time.Duration
-	streamsReapInterval, streamsProducerRetention                                               time.Duration
-	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout                              time.Duration
-	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject, streamsAppendGroup int
-	sseDirect                                                                                   bool
-	getenv                                                                                      func(string) string // the environment parse read
+	addr, databaseURL, dataDir, secret, hostID, slot, otlp, demo, brokerURL string
+	corsOrigins, debugAddr, secretFile, logFormat, issuersFile, otlpMetrics string
+	logLevel                                                                slog.Level
+	drainTimeout, leaseTTL, connectTimeout, streamsLongPoll                 time.Duration
+	streamsReapInterval, streamsProducerRetention                           time.Duration
+	idleTimeout, bodyTimeout, ingestIdleTimeout, streamIdleTimeout          time.Duration
+	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject int
+	streamsAppendGroup, streamsAppendWriters                                int
+	sseDirect                                                               bool
+	getenv                                                                  func(string) string // the environment parse read
 }
 
 // DefaultCheckpointChars is rindled's checkpoint size: twice the seed's (producer's) 512. The
@@ -116,6 +117,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.IntVar(&s.dbMaxConns, "db-max-conns", max(16, 4*runtime.NumCPU()), "the database pool's size: checkpoints, joins and long-polls share it (a pool_max_conns in the URL wins) [RINDLE_DB_MAX_CONNS]")
 	fs.IntVar(&s.checkpointChars, "checkpoint-chars", DefaultCheckpointChars, "pending UTF-16 units that force a checkpoint; the 750ms interval forces one anyway [RINDLE_CHECKPOINT_CHARS]")
 	fs.IntVar(&s.streamsAppendGroup, "streams-append-group", checkpoint.DefaultMaxGroup, "Durable Streams appends to different streams that one transaction may commit together (group commit, when appends arrive faster than the transactions run); 1 gives every append its own [RINDLE_STREAMS_APPEND_GROUP]")
+	fs.IntVar(&s.streamsAppendWriters, "streams-append-writers", checkpoint.DefaultAppendWriters, "Durable Streams append transactions at once; appends that arrive while they all run share the next [RINDLE_STREAMS_APPEND_WRITERS]")
 	fs.DurationVar(&s.streamsLongPoll, "streams-long-poll", httpapi.DefaultStreamsLongPoll, "how long a Durable Streams long-poll waits for data before 204 [RINDLE_STREAMS_LONG_POLL]")
 	fs.DurationVar(&s.streamsReapInterval, "streams-reap-interval", DefaultStreamsReapInterval, "how often (with 20% jitter) this instance removes expired Durable Streams streams and idle producer state; 0 leaves them until next touched [RINDLE_STREAMS_REAP_INTERVAL]")
 	fs.DurationVar(&s.streamsProducerRetention, "streams-producer-retention", DefaultStreamsProducerRetention, "how long an idempotent producer's state outlives its last append; past it the producer starts again at seq 0; 0 keeps it for the stream's life [RINDLE_STREAMS_PRODUCER_RETENTION]")
@@ -135,7 +137,8 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 		"drain-timeout": "RINDLE_DRAIN_TIMEOUT", "log-level": "RINDLE_LOG_LEVEL",
 		"idle-timeout": "RINDLE_IDLE_TIMEOUT", "stream-idle-timeout": "RINDLE_STREAM_IDLE_TIMEOUT", "body-timeout": "RINDLE_BODY_TIMEOUT", "ingest-idle-timeout": "RINDLE_INGEST_IDLE_TIMEOUT",
 		"max-event-streams": "RINDLE_MAX_EVENT_STREAMS", "max-event-streams-per-subject": "RINDLE_MAX_EVENT_STREAMS_PER_SUBJECT",
-		"sse-direct": "RINDLE_SSE_DIRECT", "streams-append-group": "RINDLE_STREAMS_APPEND_GROUP"} {
+		"sse-direct": "RINDLE_SSE_DIRECT", "streams-append-group": "RINDLE_STREAMS_APPEND_GROUP",
+		"streams-append-writers": "RINDLE_STREAMS_APPEND_WRITERS"} {
 		if v := getenv(k); v != "" {
 			if err := fs.Set(flagName, v); err != nil {
 				return nil, fmt.Errorf("%s=%q: %w", k, v, err)
@@ -184,7 +187,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	if s.dbMaxConns < 1 {
 		return nil, fmt.Errorf("-db-max-conns %d: want at least 1", s.dbMaxConns)
 	}
-	for name, v := range map[string]int{"max-event-streams": s.maxEventStreams, "max-event-streams-per-subject": s.maxEventStreamsPerSubject, "streams-append-group": s.streamsAppendGroup} {
+	for name, v := range map[string]int{"max-event-streams": s.maxEventStreams, "max-event-streams-per-subject": s.maxEventStreamsPerSubject, "streams-append-group": s.streamsAppendGroup, "streams-append-writers": s.streamsAppendWriters} {
 		if v < 1 {
 			return nil, fmt.Errorf("-%s %d: want at least 1", name, v)
 		}

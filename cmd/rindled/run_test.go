@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/migrations"
@@ -227,6 +228,14 @@ func TestEnvironmentValuesAreParsedOrRefused(t *testing.T) {
 	s, err = parse("rindled", []string{"-lease-ttl", "3s"}, envOf(map[string]string{"RINDLE_LEASE_TTL": "7s"}), io.Discard, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Second, s.leaseTTL, "the flag wins")
+	require.Equal(t, checkpoint.DefaultAppendWriters, s.streamsAppendWriters)
+	s, err = parse("rindled", nil, envOf(map[string]string{"RINDLE_STREAMS_APPEND_WRITERS": "3"}), io.Discard, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, s.streamsAppendWriters)
+	_, err = parse("rindled", nil, envOf(map[string]string{"RINDLE_STREAMS_APPEND_WRITERS": "two"}), io.Discard, nil)
+	require.ErrorContains(t, err, "RINDLE_STREAMS_APPEND_WRITERS")
+	_, err = parse("rindled", []string{"-streams-append-writers", "0"}, envOf(nil), io.Discard, nil)
+	require.ErrorContains(t, err, "-streams-append-writers 0: want at least 1")
 }
 
 // TestEachCommandOffersItsOwnFlags: migrate, token and health list (and accept) only the

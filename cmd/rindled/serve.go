@@ -279,7 +279,7 @@ func (in *server) startLive(ctx context.Context) error {
 
 // httpHandler builds the API (and the demo, when on) behind the tracing middleware.
 func (in *server) httpHandler() (http.Handler, error) {
-	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: in.pool, MaxGroup: in.s.streamsAppendGroup})
+	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: in.pool, MaxGroup: in.s.streamsAppendGroup, Writers: in.s.streamsAppendWriters})
 	if err != nil {
 		return nil, err
 	}
