@@ -1,7 +1,6 @@
 package checkpoint_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -456,44 +455,11 @@ func selfCPU(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// clusterCPU is the CPU so far of the PostgreSQL server pool talks to: its postmaster, the
-// children it has reaped (a pgbench run's backends, once they exit) and the children still
-// running, read from /proc (in clock ticks of 10 ms). Only differences mean anything: a
-// backend that started and ended between two reads is in the second's reaped time.
+// clusterCPU is the CPU so far of the PostgreSQL server pool talks to (pgcluster.ServerCPU).
 func clusterCPU(tb testing.TB, pool *pgxpool.Pool) time.Duration {
 	var backend int
 	require.NoError(tb, pool.QueryRow(tb.Context(), "SELECT pg_backend_pid()").Scan(&backend))
-	stat := func(pid int) []string { // the fields after the command's name; nil if the process is gone
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return nil
-		}
-		return strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	}
-	ticks := func(f []string, fields ...int) (n int64) {
-		for _, i := range fields {
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			n += v
-		}
-		return n
-	}
-	f := stat(backend)
-	require.NotNil(tb, f, "backend %d's /proc/stat", backend)
-	postmaster, err := strconv.Atoi(f[1]) // ppid
+	used, err := pgcluster.ServerCPU(backend)
 	require.NoError(tb, err)
-	pm := stat(postmaster)
-	require.NotNil(tb, pm, "postmaster %d's /proc/stat", postmaster)
-	total := ticks(pm, 11, 12, 13, 14) // utime, stime, cutime, cstime
-	entries, err := os.ReadDir("/proc")
-	require.NoError(tb, err)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if f := stat(pid); f != nil && f[1] == strconv.Itoa(postmaster) {
-			total += ticks(f, 11, 12)
-		}
-	}
-	return time.Duration(total) * 10 * time.Millisecond
+	return used
 }

@@ -72,10 +72,7 @@ func NewProtocol(cfg ProtocolConfig) (*Protocol, error) {
 	if cfg.Pool == nil {
 		return nil, &ConfigError{Field: "Pool", Reason: "is required"}
 	}
-	if cfg.Writers == 0 {
-		cfg.Writers = DefaultAppendWriters
-	}
-	writers, maxGroup, err := groupSize(cfg.Writers, cfg.MaxGroup)
+	writers, maxGroup, err := groupSize(cfg.Writers, cfg.MaxGroup, DefaultAppendWriters)
 	if err != nil {
 		return nil, err
 	}

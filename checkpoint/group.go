@@ -193,15 +193,15 @@ func (g *batcher[T]) handOff() {
 }
 
 // groupSize validates a group commit's settings and applies their defaults: the transactions
-// at once (Writers) and the items per transaction (MaxGroup).
-func groupSize(writers, maxGroup int) (int, int, error) {
+// at once (Writers, defaultWriters when 0) and the items per transaction (MaxGroup).
+func groupSize(writers, maxGroup, defaultWriters int) (int, int, error) {
 	if writers < 0 {
 		return 0, 0, &ConfigError{Field: "Writers", Reason: fmt.Sprintf("%d: want 0 (the default) or more", writers)}
 	}
 	if maxGroup < 0 {
 		return 0, 0, &ConfigError{Field: "MaxGroup", Reason: fmt.Sprintf("%d: want 0 (the default) or more", maxGroup)}
 	}
-	return cmp.Or(writers, DefaultWriters), cmp.Or(maxGroup, DefaultMaxGroup), nil
+	return cmp.Or(writers, defaultWriters), cmp.Or(maxGroup, DefaultMaxGroup), nil
 }
 
 // batchContext is the context of one transaction shared by several writers: it ends when every

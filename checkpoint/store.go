@@ -84,7 +84,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.DB == nil {
 		return nil, &ConfigError{Field: "DB", Reason: "is required"}
 	}
-	writers, maxGroup, err := groupSize(cfg.Writers, cfg.MaxGroup)
+	writers, maxGroup, err := groupSize(cfg.Writers, cfg.MaxGroup, DefaultWriters)
 	if err != nil {
 		return nil, err
 	}
