@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,9 @@ func NewProtocol(cfg ProtocolConfig) (*Protocol, error) {
 type schema struct {
 	// meta selects a stream's metadata (scanMeta's columns) by path ($1).
 	meta string
+	// appendMeta is meta followed by what an append checks beside it: the closure's producer
+	// and the writer sequence (scanAppendReads).
+	appendMeta string
 	// insertMessage creates a text stream's message row ($1 id, $2 owner, $3 seq, $4 status),
 	// or nothing when the id is taken.
 	insertMessage string
@@ -113,13 +117,15 @@ func newSchema(t Tables) *schema {
 	if c.Role != "" {
 		cols, vals = append(cols, q(c.Role)), append(vals, "'stream'")
 	}
-	return &schema{
-		meta: `SELECT d.path, coalesce(d.message_id, ''), coalesce(d.owner, ` + owner + `''), d.content_type, d.ttl_seconds, d.expires_at,
+	metaSelect := `SELECT d.path, coalesce(d.message_id, ''), coalesce(d.owner, ` + owner + `''), d.content_type, d.ttl_seconds, d.expires_at,
 	CASE WHEN d.unit = 'byte' THEN d.byte_closed ELSE coalesce(m.` + q(c.Status) + ` = 'complete', false) END,
 	CASE WHEN d.unit = 'byte' THEN d.byte_tail ELSE coalesce(m.` + q(c.Seq) + `, 0) END,
 	(d.ttl_seconds IS NOT NULL AND d.accessed_at + make_interval(secs => d.ttl_seconds) <= now())
-	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.incarnation, d.lineage, d.unit = 'byte', d.deleted_at IS NOT NULL
-	FROM ds_streams d LEFT JOIN ` + q(t.Message) + ` m ON m.` + q(c.Key) + ` = d.message_id WHERE d.path = $1`,
+	OR (d.expires_at IS NOT NULL AND d.expires_at <= now()), d.incarnation, d.lineage, d.unit = 'byte', d.deleted_at IS NOT NULL`
+	metaFrom := `FROM ds_streams d LEFT JOIN ` + q(t.Message) + ` m ON m.` + q(c.Key) + ` = d.message_id WHERE d.path = $1`
+	return &schema{
+		meta:       metaSelect + " " + metaFrom,
+		appendMeta: metaSelect + ", d.closed_by, d.closed_epoch, d.closed_seq, d.stream_seq " + metaFrom,
 		insertMessage: fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM (SELECT $1::text, $2::text, $3::bigint, $4::text) AS a ON CONFLICT (%s) DO NOTHING",
 			q(t.Message), strings.Join(cols, ", "), strings.Join(vals, ", "), q(c.Key)),
 		updateMessage: fmt.Sprintf("UPDATE %s SET %s = $2, %s = $3 WHERE %s = $1", q(t.Message), q(c.Seq), q(c.Status), q(c.Key)),
@@ -352,11 +358,11 @@ type AppendOutcome struct {
 }
 
 // scanMeta reads a schema.meta row: the stream, whether it has expired, whether it is
-// soft-deleted.
-func scanMeta(row pgx.Row) (m StreamMeta, expired, gone bool, err error) {
+// soft-deleted. A query that selects more columns after meta's scans them into extra.
+func scanMeta(row pgx.Row, extra ...any) (m StreamMeta, expired, gone bool, err error) {
 	var seq int64
 	var lineage []int64
-	err = row.Scan(&m.Path, &m.MessageID, &m.Owner, &m.ContentType, &m.TTL, &m.ExpiresAt, &m.Closed, &seq, &expired, &m.Incarnation, &lineage, &m.Binary, &gone)
+	err = row.Scan(append([]any{&m.Path, &m.MessageID, &m.Owner, &m.ContentType, &m.TTL, &m.ExpiresAt, &m.Closed, &seq, &expired, &m.Incarnation, &lineage, &m.Binary, &gone}, extra...)...)
 	m.Tail = producer.Seq(seq)
 	for i := 0; i+1 < len(lineage); i += 2 {
 		m.Lineage = append(m.Lineage, Ancestor{Incarnation: lineage[i], Shared: producer.Seq(lineage[i+1])})
@@ -965,15 +971,14 @@ func isLockNotAvailable(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
-// queueAppendReads queues what an append's checks read once its stream's row is locked, each
-// in a statement of its own (as lockMeta explains): the stream, its closure and writer
-// sequence, and the producer's state, locked. With nowait, the producer's lock fails (55P03)
+// queueAppendReads queues what an append's checks read once its stream's row is locked, in
+// statements of their own (as lockMeta explains): the stream with its closure and writer
+// sequence, then the producer's state, locked. With nowait, the producer's lock fails (55P03)
 // instead of waiting when another transaction holds it: the reads of a group commit's slot,
 // which must never wait on a row lock, and which may be reads of a stream whose row the slot
 // did not get (another transaction's, which may hold its producer's row too).
 func (s *schema) queueAppendReads(b *pgx.Batch, in AppendStream, nowait bool) {
-	b.Queue(s.meta, in.Path)
-	b.Queue("SELECT closed_by, closed_epoch, closed_seq, stream_seq FROM ds_streams WHERE path = $1", in.Path)
+	b.Queue(s.appendMeta, in.Path)
 	if in.Producer != nil {
 		lock := "SELECT epoch, last_seq FROM ds_producers WHERE path = $1 AND producer_id = $2 FOR UPDATE"
 		if nowait {
@@ -987,8 +992,7 @@ func (s *schema) queueAppendReads(b *pgx.Batch, in AppendStream, nowait bool) {
 // errExpired for a stream the append cannot go to.
 func (s *schema) scanAppendReads(br pgx.BatchResults, in AppendStream) (st appendState, err error) {
 	// Every result is read before any is judged: in a group, the next append's results follow.
-	m, expired, gone, err := scanMeta(br.QueryRow())
-	cerr := br.QueryRow().Scan(&st.closedBy, &st.closedEpoch, &st.closed, &st.streamSeq)
+	m, expired, gone, err := scanMeta(br.QueryRow(), &st.closedBy, &st.closedEpoch, &st.closed, &st.streamSeq)
 	var perr error
 	if in.Producer != nil {
 		perr = br.QueryRow().Scan(&st.producerEpoch, &st.producerAt)
@@ -1002,8 +1006,6 @@ func (s *schema) scanAppendReads(br pgx.BatchResults, in AppendStream) (st appen
 		return st, ErrStreamGone
 	case expired:
 		return st, errExpired
-	case cerr != nil:
-		return st, fmt.Errorf("checkpoint: read stream %s: %w", in.Path, cerr)
 	}
 	st.meta = m
 	if in.Producer != nil {
@@ -1081,16 +1083,80 @@ func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome,
 		closed_by = coalesce($3, closed_by), closed_epoch = coalesce($4, closed_epoch), closed_seq = coalesce($5, closed_seq),
 		byte_tail = CASE WHEN unit = 'byte' THEN $6 ELSE byte_tail END, byte_closed = (unit = 'byte' AND $7) WHERE path = $1`,
 		in.Path, in.StreamSeq, by, epoch, seq, int64(tail), in.Close)
-	if m.Binary && len(in.Path) <= maxNotifyPayload {
-		writes.Queue("SELECT pg_notify($1, $2)", ByteStreamChannel, in.Path)
-	}
 	if in.Producer != nil {
 		writes.Queue(`INSERT INTO ds_producers (path, producer_id, epoch, last_seq) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (path, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, last_seq = EXCLUDED.last_seq, updated_at = now()`,
 			in.Path, in.Producer.ID, in.Producer.Epoch, in.Producer.Seq)
 	}
+	if m.Binary && len(in.Path) <= maxNotifyPayload {
+		writes.Queue("SELECT pg_notify($1, $2)", ByteStreamChannel, in.Path) // last: oneStatement's main query
+	}
 	out.Tail, out.Closed = tail, in.Close
-	return out, writes, nil
+	return out, oneStatement(writes), nil
+}
+
+// oneStatement merges a batch's statements into one, which PostgreSQL parses, binds and runs
+// once: every statement but the last becomes a WITH query (PostgreSQL runs a data-modifying
+// WITH query to completion whether or not anything reads it), and the last is the main
+// statement, so only the last may be a SELECT. The statements must touch different rows: the
+// parts of one statement all see the snapshot it started with, so none sees another's writes.
+// Each statement's parameters are renumbered after the ones before it.
+func oneStatement(b *pgx.Batch) *pgx.Batch {
+	qs := b.QueuedQueries
+	if len(qs) < 2 {
+		return b
+	}
+	var sql strings.Builder
+	var args []any
+	for i, qq := range qs {
+		switch {
+		case i == 0:
+			sql.WriteString("WITH ")
+		case i < len(qs)-1:
+			sql.WriteString(", ")
+		default:
+			sql.WriteString("\n")
+		}
+		if i < len(qs)-1 {
+			fmt.Fprintf(&sql, "w%d AS (", i)
+		}
+		renumber(&sql, qq.SQL, len(args))
+		if i < len(qs)-1 {
+			sql.WriteString(")")
+		}
+		args = append(args, qq.Arguments...)
+	}
+	one := &pgx.Batch{}
+	one.Queue(sql.String(), args...)
+	return one
+}
+
+// renumber writes sql to w with each parameter $n as $(n+by). It skips quoted identifiers and
+// string literals, in which a $ is not a parameter (the statements it is given have no
+// dollar-quoted strings or comments).
+func renumber(w *strings.Builder, sql string, by int) {
+	var quote byte // the quote the scan is inside, or 0
+	for i := 0; i < len(sql); i++ {
+		c := sql[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0 // a doubled quote closes and reopens: the same result
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '$' && i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9':
+			j := i + 1
+			for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
+				j++
+			}
+			n, _ := strconv.Atoi(sql[i+1 : j])
+			w.WriteString("$" + strconv.Itoa(n+by))
+			i = j - 1
+			continue
+		}
+		w.WriteByte(c)
+	}
 }
 
 // Reaped is what one Reap removed.

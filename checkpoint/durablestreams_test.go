@@ -407,6 +407,63 @@ func TestProtocolInAnAppsMapping(t *testing.T) {
 	require.Zero(t, left, "nothing of the text streams is left")
 }
 
+// An append's writes go to PostgreSQL as one statement whose parameters are renumbered
+// (oneStatement): a $ followed by digits inside a mapped name is part of the name, not a
+// parameter. With names like that (legal in a quoted identifier), create, append (a producer's
+// too, whose state is written in the same statement), close and read still land every value
+// where it belongs.
+func TestProtocolAppendsWithDollarsInTheMappedNames(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewBareDB(t)
+	ctx := t.Context()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE "m$1" ("id$2" text PRIMARY KEY, "body$1" text NOT NULL DEFAULT '',
+		"seq$3" bigint NOT NULL DEFAULT 0, "status$2" text NOT NULL DEFAULT 'pending', "owner$1" text)`)
+	require.NoError(t, err)
+	tables := checkpoint.Tables{Message: "m$1", Chunks: "c$2", Columns: checkpoint.Columns{
+		Key: "id$2", Body: "body$1", Seq: "seq$3", Status: "status$2", Owner: "owner$1",
+		ChunkKey: "k$1", ChunkStream: "s$1", ChunkSeq: "e$2", ChunkText: "t$3"}}
+	for _, ddl := range []func(checkpoint.Tables) ([]string, error){checkpoint.ChunkTableDDL, checkpoint.ProtocolTablesDDL} {
+		stmts, err := ddl(tables)
+		require.NoError(t, err)
+		for _, stmt := range stmts {
+			_, err := db.Pool.Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+	}
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool, Tables: &tables})
+	require.NoError(t, err)
+	same := func(a, b string) bool { return a == b }
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "d", Owner: "o", ContentType: "text/plain", SameType: same})
+	require.NoError(t, err)
+	out, err := p.Append(ctx, checkpoint.AppendStream{Path: "d", ContentType: "text/plain", Text: "$1 costs ", SameType: same,
+		Producer: &checkpoint.ProducerRef{ID: "$2", Seq: 0}, StreamSeq: "$3"})
+	require.NoError(t, err)
+	require.Equal(t, producer.Seq(9), out.Tail)
+	out, err = p.Append(ctx, checkpoint.AppendStream{Path: "d", ContentType: "text/plain", Text: "$2", Close: true, SameType: same,
+		Producer: &checkpoint.ProducerRef{ID: "$2", Seq: 1}})
+	require.NoError(t, err)
+	require.Equal(t, producer.Seq(11), out.Tail)
+	require.True(t, out.Closed)
+	_, text, _, err := p.Read(ctx, "d", 0, 100, false)
+	require.NoError(t, err)
+	require.Equal(t, "$1 costs $2", text)
+
+	var seq int64
+	var status, owner string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT "seq$3", "status$2", "owner$1" FROM "m$1" WHERE "id$2" = 'ds/d'`).Scan(&seq, &status, &owner))
+	require.Equal(t, []any{int64(11), "complete", "o"}, []any{seq, status, owner})
+	rs, err := db.Pool.Query(ctx, `SELECT "k$1" || ' ' || "t$3" FROM "c$2" WHERE "s$1" = 'ds/d' ORDER BY "e$2"`)
+	require.NoError(t, err)
+	chunks, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"ds/d:9 $1 costs ", "ds/d:11 $2"}, chunks)
+	var by, streamSeq string
+	var epoch, last int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT d.closed_by, d.stream_seq, p.epoch, p.last_seq FROM ds_streams d
+		JOIN ds_producers p USING (path) WHERE d.path = 'd'`).Scan(&by, &streamSeq, &epoch, &last))
+	require.Equal(t, []any{"$2", "$3", int64(0), int64(1)}, []any{by, streamSeq, epoch, last})
+}
+
 // ProtocolTablesDDL gives the protocol's tables the shape the project's migrations give them:
 // the same columns (types, nullability, defaults), constraints and indexes, compared from the
 // catalog of a migrated database and of a bare one given the DDL.
