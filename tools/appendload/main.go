@@ -1,6 +1,6 @@
 // Command appendload measures acknowledged Durable Streams appends per second over HTTP: W
-// goroutines, each creating a text stream of its own and appending to it with one request in
-// flight, for a number of seconds. It prints one line, "N appends/s (client CPU C µs per
+// goroutines, each creating a stream of its own (text unless -type names a binary type) and
+// appending to it with one request in flight, for a number of seconds. It prints one line, "N appends/s (client CPU C µs per
 // append)", C being this process's own user and system time. It is the client of the README's
 // "group commit on ÷ off" row (run.sh starts a fresh rindled per repetition) and of the
 // comparison with the reference server (vs-reference.sh).
@@ -26,21 +26,22 @@ func main() {
 	token := flag.String("token", "", "a bearer token with the producer scope")
 	writers := flag.Int("w", 8, "writers, one stream each")
 	secs := flag.Int("s", 5, "seconds")
+	contentType := flag.String("type", "text/plain", "the streams' content type: a text or JSON type makes text streams, any other a byte stream")
 	flag.Parse()
-	if err := run(*base, *token, *writers, time.Duration(*secs)*time.Second); err != nil {
+	if err := run(*base, *token, *contentType, *writers, time.Duration(*secs)*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "appendload:", err)
 		os.Exit(1)
 	}
 }
 
-func run(base, token string, writers int, d time.Duration) error {
+func run(base, token, contentType string, writers int, d time.Duration) error {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: writers}}
 	do := func(method, path, body string, want int) error {
 		req, err := http.NewRequest(method, base+"/v1/stream/"+path, strings.NewReader(body))
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Content-Type", contentType)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
