@@ -316,16 +316,7 @@ func TestProtocolInAnAppsMapping(t *testing.T) {
 	tables := checkpoint.Tables{Message: "answers", Chunks: "answer_parts", Columns: checkpoint.Columns{
 		Key: "answer_id", Body: "txt", Seq: "len", Status: "state", Owner: "who", Role: "speaker",
 		ChunkKey: "id", ChunkStream: "answer", ChunkSeq: "end_at", ChunkText: "part"}}
-	for _, ddl := range []func(checkpoint.Tables) ([]string, error){checkpoint.ChunkTableDDL, checkpoint.ProtocolTablesDDL} {
-		stmts, err := ddl(tables)
-		require.NoError(t, err)
-		for _, stmt := range stmts {
-			_, err := db.Pool.Exec(ctx, stmt)
-			require.NoError(t, err, stmt)
-		}
-	}
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool, Tables: &tables})
-	require.NoError(t, err)
+	p := mappedProtocol(t, db.Pool, tables)
 	same := func(a, b string) bool { return a == b }
 	read := func(path string) string {
 		t.Helper()
@@ -422,16 +413,7 @@ func TestProtocolAppendsWithDollarsInTheMappedNames(t *testing.T) {
 	tables := checkpoint.Tables{Message: "m$1", Chunks: "c$2", Columns: checkpoint.Columns{
 		Key: "id$2", Body: "body$1", Seq: "seq$3", Status: "status$2", Owner: "owner$1",
 		ChunkKey: "k$1", ChunkStream: "s$1", ChunkSeq: "e$2", ChunkText: "t$3"}}
-	for _, ddl := range []func(checkpoint.Tables) ([]string, error){checkpoint.ChunkTableDDL, checkpoint.ProtocolTablesDDL} {
-		stmts, err := ddl(tables)
-		require.NoError(t, err)
-		for _, stmt := range stmts {
-			_, err := db.Pool.Exec(ctx, stmt)
-			require.NoError(t, err, stmt)
-		}
-	}
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool, Tables: &tables})
-	require.NoError(t, err)
+	p := mappedProtocol(t, db.Pool, tables)
 	same := func(a, b string) bool { return a == b }
 	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "d", Owner: "o", ContentType: "text/plain", SameType: same})
 	require.NoError(t, err)
@@ -526,4 +508,21 @@ func TestProtocolReadNeverMixesIncarnations(t *testing.T) {
 		require.Equal(t, "ew and longer", text, ct)
 		require.Equal(t, producer.Seq(len("new and longer")), end, ct)
 	}
+}
+
+// mappedProtocol creates the chunk table and the protocol's tables for an app's mapping (its
+// message table already made) and returns a Protocol on them.
+func mappedProtocol(t *testing.T, pool *pgxpool.Pool, tables checkpoint.Tables) *checkpoint.Protocol {
+	t.Helper()
+	for _, ddl := range []func(checkpoint.Tables) ([]string, error){checkpoint.ChunkTableDDL, checkpoint.ProtocolTablesDDL} {
+		stmts, err := ddl(tables)
+		require.NoError(t, err)
+		for _, stmt := range stmts {
+			_, err := pool.Exec(t.Context(), stmt)
+			require.NoError(t, err, stmt)
+		}
+	}
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: pool, Tables: &tables})
+	require.NoError(t, err)
+	return p
 }
