@@ -147,9 +147,8 @@ func (p *Protocol) appendGroup(ctx context.Context, conn batchSender, batch []*b
 // transaction holds, decided from their reads (states, errs), then the COMMIT. It ends every
 // append it answers and returns the others, which wrote nothing and run alone.
 func (p *Protocol) writeGroup(ctx context.Context, conn batchSender, batch []*batchItem[appendJob], states []appendState, errs []error) (alone []*batchItem[appendJob]) {
-	writes := &pgx.Batch{}
-	var owner []*batchItem[appendJob] // owner[k]: the append of writes' k-th statement
-	var rest []*batchItem[appendJob]  // the appends that write
+	writes := &pgx.Batch{}           // writes' k-th statement is rest[k]'s, then the COMMIT
+	var rest []*batchItem[appendJob] // the appends that write
 	for i, it := range batch {
 		if errs[i] != nil { // expired: Append answers it in a transaction of its own
 			it.end(errs[i])
@@ -162,10 +161,7 @@ func (p *Protocol) writeGroup(ctx context.Context, conn batchSender, batch []*ba
 			continue
 		}
 		rest = append(rest, it)
-		for _, q := range w.QueuedQueries {
-			writes.QueuedQueries = append(writes.QueuedQueries, q)
-			owner = append(owner, it)
-		}
+		writes.QueuedQueries = append(writes.QueuedQueries, w)
 	}
 	if len(rest) == 0 {
 		return nil
@@ -179,11 +175,11 @@ func (p *Protocol) writeGroup(ctx context.Context, conn batchSender, batch []*ba
 			case !refusal(err):
 				endAll(rest, err) // the outcome is unknown
 				return nil
-			case k == len(owner): // the COMMIT refused: rolled back, nothing applied
+			case k == len(rest): // the COMMIT refused: rolled back, nothing applied
 				return rest
 			}
 			// Refused: the group rolled back. The refused append gets the error, the rest go alone.
-			refused := owner[k]
+			refused := rest[k]
 			refused.end(fmt.Errorf("checkpoint: append to stream %s: %w", refused.v.in.Path, err))
 			return slices.DeleteFunc(rest, func(it *batchItem[appendJob]) bool { return it == refused })
 		}

@@ -884,11 +884,12 @@ func (p *Protocol) appendTx(ctx context.Context, in AppendStream, skipLocked boo
 	defer conn.Release()
 	st, err := p.readAppendState(ctx, conn, in, skipLocked)
 	if err == nil {
-		var writes *pgx.Batch
-		out, writes, err = p.planAppend(st, in)
-		if err == nil && writes != nil {
-			writes.Queue("COMMIT")
-			if err = conn.SendBatch(ctx, writes).Close(); err != nil {
+		var write *pgx.QueuedQuery
+		out, write, err = p.planAppend(st, in)
+		if err == nil && write != nil {
+			b := &pgx.Batch{QueuedQueries: []*pgx.QueuedQuery{write}}
+			b.Queue("COMMIT")
+			if err = conn.SendBatch(ctx, b).Close(); err != nil {
 				err = fmt.Errorf("checkpoint: append to stream %s: %w", in.Path, err)
 			}
 		}
@@ -1020,9 +1021,9 @@ func (s *schema) scanAppendReads(br pgx.BatchResults, in AppendStream) (st appen
 	return st, nil
 }
 
-// planAppend decides an append from what readAppendState read: the outcome, and the writes
-// that make it (nil when there is nothing to write), or the refusal.
-func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome, writes *pgx.Batch, err error) {
+// planAppend decides an append from what readAppendState read: the outcome, and the one
+// statement of writes that makes it (nil when there is nothing to write), or the refusal.
+func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome, write *pgx.QueuedQuery, err error) {
 	m := st.meta
 	out = AppendOutcome{Tail: m.Tail, From: m.Tail, Closed: m.Closed, Incarnation: m.Incarnation}
 	if m.Closed {
@@ -1061,7 +1062,7 @@ func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome,
 	if in.StreamSeq != "" && st.streamSeq != nil && in.StreamSeq <= *st.streamSeq {
 		return out, nil, ErrSeqRegression
 	}
-	writes = &pgx.Batch{}
+	writes := &pgx.Batch{}
 	tail := m.Tail
 	if in.Text != "" {
 		tail += m.Len(in.Text)
@@ -1092,19 +1093,18 @@ func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome,
 		writes.Queue("SELECT pg_notify($1, $2)", ByteStreamChannel, in.Path) // last: oneStatement's main query
 	}
 	out.Tail, out.Closed = tail, in.Close
-	return out, oneStatement(writes), nil
+	return out, oneStatement(writes.QueuedQueries), nil
 }
 
-// oneStatement merges a batch's statements into one, which PostgreSQL parses, binds and runs
-// once: every statement but the last becomes a WITH query (PostgreSQL runs a data-modifying
-// WITH query to completion whether or not anything reads it), and the last is the main
-// statement, so only the last may be a SELECT. The statements must touch different rows: the
-// parts of one statement all see the snapshot it started with, so none sees another's writes.
-// Each statement's parameters are renumbered after the ones before it.
-func oneStatement(b *pgx.Batch) *pgx.Batch {
-	qs := b.QueuedQueries
-	if len(qs) < 2 {
-		return b
+// oneStatement merges statements into one, which PostgreSQL parses, binds and runs once: every
+// statement but the last becomes a WITH query (PostgreSQL runs a data-modifying WITH query to
+// completion whether or not anything reads it), and the last is the main statement, so only the
+// last may be a SELECT. The statements must touch different rows: the parts of one statement
+// all see the snapshot it started with, so none sees another's writes. Each statement's
+// parameters are renumbered after the ones before it.
+func oneStatement(qs []*pgx.QueuedQuery) *pgx.QueuedQuery {
+	if len(qs) == 1 {
+		return qs[0]
 	}
 	var sql strings.Builder
 	var args []any
@@ -1126,9 +1126,7 @@ func oneStatement(b *pgx.Batch) *pgx.Batch {
 		}
 		args = append(args, qq.Arguments...)
 	}
-	one := &pgx.Batch{}
-	one.Queue(sql.String(), args...)
-	return one
+	return &pgx.QueuedQuery{SQL: sql.String(), Arguments: args}
 }
 
 // renumber writes sql to w with each parameter $n as $(n+by). It skips quoted identifiers and
