@@ -2,9 +2,12 @@ package httpapi_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -70,6 +73,112 @@ func FuzzHTTPSurface(f *testing.F) {
 		srv.Handler().ServeHTTP(rec, req)
 		if rec.Code >= 500 {
 			t.Fatalf("%s %q (%q, %q): %d %s", method, path, hdr, body, rec.Code, rec.Body.String())
+		}
+	})
+}
+
+// FuzzStreamsSequence drives the Durable Streams surface through sequences of requests on three
+// paths of its own: creates (with TTLs, expiries and content types from the input), appends
+// (plain, as an idempotent producer, closing), forks at offsets the server gave or the input made
+// up, reads, HEADs, conditional reads and deletes. Each op is three bytes of ops: what, which
+// path (or fork source), which value (from a, b, the offsets seen, or a list of awkward ones).
+// Whatever the sequence: no answer is a 5xx, and an offset the server hands out is one it reads
+// from at once: 200, or 404/410 when the stream is gone. Reads that wait (SSE, long-poll) are left
+// out: their waits are bounded by the client, not the input.
+func FuzzStreamsSequence(f *testing.F) {
+	w := setup(f)
+	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(f), Secret: secret, Streams: streams, MaxBodyBytes: 4096})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := srv.Handler()
+	tok := token(f, "svc", "producer")
+	f.Add([]byte{0, 0, 0, 1, 0, 0, 5, 0, 0, 4, 1, 9, 1, 1, 0, 7, 0, 0, 5, 1, 9, 4, 2, 9}, "hello", "text/plain")
+	f.Add([]byte{0, 0, 1, 2, 0, 2, 2, 0, 2, 3, 0, 0, 4, 1, 9, 7, 0, 0, 0, 0, 0, 6, 1, 0}, `{"a":1}`, "application/json")
+	f.Add([]byte{0, 0, 3, 1, 0, 0, 8, 0, 9, 5, 0, 6, 0, 1, 4, 4, 2, 5, 5, 2, 8}, "\xff\x00bytes", "application/octet-stream")
+	var run atomic.Int64
+	f.Fuzz(func(t *testing.T, ops []byte, a, b string) {
+		if len(ops) > 3*24 {
+			t.Skip("long sequences explore nothing short ones do not")
+		}
+		prefix := fmt.Sprintf("/v1/stream/fz%d/", run.Add(1))
+		paths := []string{prefix + "a", prefix + "b", prefix + "a/c"}
+		seen := []string{"-1", "now"}
+		odd := []string{"", "0", "-1", "now", "1", "-5", "99999999999999999999", "0000000000000001-0000000000000000", "abc", "1.5", " 3", "true", "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"}
+		types := []string{"text/plain", "application/json", "application/octet-stream", "text/plain; charset=utf-8", ""}
+		value := func(v byte) string {
+			switch v % 4 {
+			case 0:
+				return a
+			case 1:
+				return b
+			case 2:
+				return seen[int(v/4)%len(seen)]
+			}
+			return odd[int(v/4)%len(odd)]
+		}
+		do := func(method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
+			req := httptest.NewRequestWithContext(t.Context(), method, "http://rindle"+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("%s %s %q %q: %d %s", method, path, hdr, body, rec.Code, rec.Body.String())
+			}
+			return rec
+		}
+		for len(ops) >= 3 {
+			op, p, v := ops[0], ops[1], ops[2]
+			ops = ops[3:]
+			path := paths[int(p)%len(paths)]
+			ctype := types[int(v)%len(types)]
+			var rec *httptest.ResponseRecorder
+			switch op % 10 {
+			case 0: // create, with a TTL or an expiry from the input
+				hdr := map[string]string{"Content-Type": ctype}
+				switch v % 3 {
+				case 1:
+					hdr["Stream-TTL"] = value(v / 3)
+				case 2:
+					hdr["Stream-Expires-At"] = value(v / 3)
+				}
+				rec = do(http.MethodPut, path, hdr, a)
+			case 1: // append
+				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Stream-Seq": value(v)}, a)
+			case 2: // an idempotent producer's append
+				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Producer-Id": "p" + value(p), "Producer-Epoch": value(v), "Producer-Seq": value(v + 1)}, b)
+			case 3: // close, with or without a last append
+				body := ""
+				if v%2 == 1 {
+					body = a
+				}
+				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Stream-Closed": "true"}, body)
+			case 4: // fork another path
+				rec = do(http.MethodPut, path, map[string]string{"Content-Type": ctype, "Stream-Forked-From": strings.TrimPrefix(paths[int(p+1)%len(paths)], "/v1/stream"), "Stream-Fork-Offset": value(v), "Stream-Fork-Sub-Offset": value(v + 1)}, "")
+			case 5, 9: // read at an offset
+				rec = do(http.MethodGet, path+"?offset="+url.QueryEscape(value(v)), nil, "")
+			case 6:
+				rec = do(http.MethodHead, path, nil, "")
+			case 7:
+				rec = do(http.MethodDelete, path, nil, "")
+			case 8: // a conditional read
+				rec = do(http.MethodGet, path+"?offset=-1", map[string]string{"If-None-Match": value(v)}, "")
+			}
+			next := rec.Header().Get("Stream-Next-Offset")
+			if next == "" {
+				continue
+			}
+			seen = append(seen, next)
+			if again := do(http.MethodGet, path+"?offset="+url.QueryEscape(next), nil, ""); again.Code != http.StatusOK && again.Code != http.StatusNotFound && again.Code != http.StatusGone {
+				t.Fatalf("the offset %q that %s gave reads as %d: %s", next, path, again.Code, again.Body.String())
+			}
 		}
 	})
 }
