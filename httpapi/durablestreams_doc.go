@@ -116,7 +116,7 @@ func (s *Server) registerStreamsDoc() {
 			"(JSON: messages) of the append there; it inherits the source's type and expiry unless given. Needs the producer scope.",
 		Parameters: []*huma.Param{pathParam,
 			hdr("Content-Type", "The stream's content type (default application/octet-stream; a fork's default is its source's)."),
-			hdr(hTTL, "A sliding time-to-live in seconds (excludes Stream-Expires-At)."),
+			hdr(hTTL, "A sliding time-to-live in seconds, 1 or more (excludes Stream-Expires-At)."),
 			hdr(hExpiresAt, "An absolute expiry, RFC 3339, in the future (excludes Stream-TTL)."),
 			hdr(hClosed, "true creates the stream closed."),
 			hdr(hForkedFrom, "The source stream's path (with or without /v1/stream/)."),

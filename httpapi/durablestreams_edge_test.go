@@ -20,6 +20,15 @@ func TestStreamsRefuseWhatTheyCannotHonour(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.status, "a create already expired is refused, not answered 201 and then 404")
 	require.Contains(t, r.body, "not in the future")
 	require.Equal(t, http.StatusNotFound, c.ds("HEAD", "/v1/stream/past", prod, nil, "").status, "and made nothing")
+	// Found by FuzzStreamsSequence: a TTL of 0 is a stream idle for 0 seconds, gone as it is made.
+	h = text("text/plain")
+	h.Set("Stream-TTL", "0")
+	r = c.ds("PUT", "/v1/stream/zero", prod, h, "x")
+	require.Equal(t, http.StatusBadRequest, r.status, "a create whose TTL is 0 is refused, not answered 201 and then 404")
+	require.Contains(t, r.body, "Stream-TTL is 0")
+	require.Equal(t, http.StatusNotFound, c.ds("HEAD", "/v1/stream/zero", prod, nil, "").status, "and made nothing")
+	h.Set("Stream-TTL", "1")
+	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/zero", prod, h, "x").status, "a TTL of 1 second is a stream")
 
 	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/ok", prod, text("text/plain"), "x").status)
 	r = c.ds("POST", "/v1/stream/ok", prod, text("text/plain; ===="), "y")

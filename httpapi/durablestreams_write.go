@@ -61,6 +61,10 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 			streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Stream-TTL must be a non-negative integer of seconds, at most %d (100 years)", maxStreamTTL))
 			return
 		}
+		if n == 0 {
+			streamProblem(w, http.StatusBadRequest, "Stream-TTL is 0: the stream would be gone as it was made (leave the header out for a stream that does not expire)")
+			return
+		}
 		in.TTL = &n
 	}
 	if exp != "" {

@@ -22,7 +22,7 @@ func TestTheReaperRemovesExpiredStreamsNobodyTouches(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"token", "-sub", "svc", "-scope", "producer"}, srv.env, &out, io.Discard))
 	tok := strings.TrimSpace(out.String())
-	for path, ttl := range map[string]string{"brief": "0", "kept": "3600"} {
+	for path, ttl := range map[string]string{"brief": "1", "kept": "3600"} {
 		req, err := http.NewRequestWithContext(t.Context(), "PUT", srv.base+"/v1/stream/"+path, strings.NewReader("x"))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -33,6 +33,10 @@ func TestTheReaperRemovesExpiredStreamsNobodyTouches(t *testing.T) {
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusCreated, resp.StatusCode, path)
 	}
+	// "brief" was last touched an hour ago, as far as its row says (a TTL of 0, which would be
+	// expired at once, is refused), and nobody touches it again.
+	_, err := db.Pool.Exec(t.Context(), "UPDATE ds_streams SET accessed_at = accessed_at - interval '1 hour' WHERE path = 'brief'")
+	require.NoError(t, err)
 	// A condition, not a clock: the row goes at the reaper's next round, however late.
 	require.Eventually(t, func() bool {
 		var n int

@@ -473,7 +473,7 @@ type StreamCreateParams struct {
 	// ContentType The stream's content type (default application/octet-stream; a fork's default is its source's).
 	ContentType *string `json:"Content-Type,omitempty"`
 
-	// StreamTTL A sliding time-to-live in seconds (excludes Stream-Expires-At).
+	// StreamTTL A sliding time-to-live in seconds, 1 or more (excludes Stream-Expires-At).
 	StreamTTL *string `json:"Stream-TTL,omitempty"`
 
 	// StreamExpiresAt An absolute expiry, RFC 3339, in the future (excludes Stream-TTL).
