@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
@@ -80,25 +81,29 @@ func FuzzHTTPSurface(f *testing.F) {
 // FuzzStreamsSequence drives the Durable Streams surface through sequences of requests on three
 // paths of its own: creates (with TTLs, expiries and content types from the input), appends
 // (plain, as an idempotent producer, closing), forks at offsets the server gave or the input made
-// up, reads, HEADs, conditional reads and deletes. Each op is three bytes of ops: what, which
-// path (or fork source), which value (from a, b, the offsets seen, or a list of awkward ones).
-// Whatever the sequence: no answer is a 5xx, and an offset the server hands out is one it reads
-// from at once: 200, or 404/410 when the stream is gone. Reads that wait (SSE, long-poll) are left
-// out: their waits are bounded by the client, not the input.
+// up, reads (plain, long-poll and SSE), HEADs, conditional reads and deletes. Each op is three
+// bytes of ops: what, which path (or fork source), which value (from a, b, the offsets seen, or a
+// list of awkward ones). Whatever the sequence: no answer is a 5xx; an offset the server hands
+// out is one it reads from at once (200, or 404/410 when the stream is gone); and a write that
+// succeeded (a create, a fork, a plain append, a close) answered the tail a HEAD then gives. A live read's
+// wait ends by the server's own bounds, set to a nanosecond here: a long-poll at the tail answers
+// 204 and an SSE response ends, as they do when their time is up.
 func FuzzStreamsSequence(f *testing.F) {
 	w := setup(f)
 	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(f), Secret: secret, Streams: streams, MaxBodyBytes: 4096})
+	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(f), Secret: secret, Streams: streams, MaxBodyBytes: 4096,
+		StreamsLongPoll: time.Nanosecond, StreamsSSELifetime: time.Nanosecond})
 	if err != nil {
 		f.Fatal(err)
 	}
 	h := srv.Handler()
-	tok := token(f, "svc", "producer")
+	tok, admin := token(f, "svc", "producer"), token(f, "ops", "producer admin") // only an admin deletes
 	f.Add([]byte{0, 0, 0, 1, 0, 0, 5, 0, 0, 4, 1, 9, 1, 1, 0, 7, 0, 0, 5, 1, 9, 4, 2, 9}, "hello", "text/plain")
 	f.Add([]byte{0, 0, 1, 2, 0, 2, 2, 0, 2, 3, 0, 0, 4, 1, 9, 7, 0, 0, 0, 0, 0, 6, 1, 0}, `{"a":1}`, "application/json")
+	f.Add([]byte{0, 0, 0, 1, 0, 0, 4, 2, 10, 5, 2, 2, 1, 2, 0, 7, 0, 0, 5, 2, 10, 0, 0, 0, 10, 2, 2, 11, 2, 2, 3, 2, 0}, "fork me", "text/plain")
 	f.Add([]byte{0, 0, 3, 1, 0, 0, 8, 0, 9, 5, 0, 6, 0, 1, 4, 4, 2, 5, 5, 2, 8}, "\xff\x00bytes", "application/octet-stream")
 	var run atomic.Int64
 	f.Fuzz(func(t *testing.T, ops []byte, a, b string) {
@@ -108,6 +113,7 @@ func FuzzStreamsSequence(f *testing.F) {
 		prefix := fmt.Sprintf("/v1/stream/fz%d/", run.Add(1))
 		paths := []string{prefix + "a", prefix + "b", prefix + "a/c"}
 		seen := []string{"-1", "now"}
+		timed := false // a create here had a TTL or an expiry
 		odd := []string{"", "0", "-1", "now", "1", "-5", "99999999999999999999", "0000000000000001-0000000000000000", "abc", "1.5", " 3", "true", "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"}
 		types := []string{"text/plain", "application/json", "application/octet-stream", "text/plain; charset=utf-8", ""}
 		value := func(v byte) string {
@@ -123,9 +129,15 @@ func FuzzStreamsSequence(f *testing.F) {
 		}
 		do := func(method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
 			req := httptest.NewRequestWithContext(t.Context(), method, "http://rindle"+path, strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+tok)
+			if method == http.MethodDelete {
+				req.Header.Set("Authorization", "Bearer "+admin)
+			} else {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
 			for k, v := range hdr {
-				req.Header.Set(k, v)
+				if v != "" { // an empty value is no header: a fork at the source's end, a read without a tag
+					req.Header.Set(k, v)
+				}
 			}
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
@@ -140,7 +152,7 @@ func FuzzStreamsSequence(f *testing.F) {
 			path := paths[int(p)%len(paths)]
 			ctype := types[int(v)%len(types)]
 			var rec *httptest.ResponseRecorder
-			switch op % 10 {
+			switch op % 12 {
 			case 0: // create, with a TTL or an expiry from the input
 				hdr := map[string]string{"Content-Type": ctype}
 				switch v % 3 {
@@ -149,6 +161,7 @@ func FuzzStreamsSequence(f *testing.F) {
 				case 2:
 					hdr["Stream-Expires-At"] = value(v / 3)
 				}
+				timed = timed || v%3 != 0
 				rec = do(http.MethodPut, path, hdr, a)
 			case 1: // append
 				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Stream-Seq": value(v)}, a)
@@ -160,8 +173,12 @@ func FuzzStreamsSequence(f *testing.F) {
 					body = a
 				}
 				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Stream-Closed": "true"}, body)
-			case 4: // fork another path
-				rec = do(http.MethodPut, path, map[string]string{"Content-Type": ctype, "Stream-Forked-From": strings.TrimPrefix(paths[int(p+1)%len(paths)], "/v1/stream"), "Stream-Fork-Offset": value(v), "Stream-Fork-Sub-Offset": value(v + 1)}, "")
+			case 4: // fork another path, at an offset, with a sub-offset when v's top bit is set
+				sub := ""
+				if v&0x80 != 0 {
+					sub = value(v + 1)
+				}
+				rec = do(http.MethodPut, path, map[string]string{"Content-Type": ctype, "Stream-Forked-From": strings.TrimPrefix(paths[int(p+1)%len(paths)], "/v1/stream"), "Stream-Fork-Offset": value(v), "Stream-Fork-Sub-Offset": sub}, "")
 			case 5, 9: // read at an offset
 				rec = do(http.MethodGet, path+"?offset="+url.QueryEscape(value(v)), nil, "")
 			case 6:
@@ -170,12 +187,23 @@ func FuzzStreamsSequence(f *testing.F) {
 				rec = do(http.MethodDelete, path, nil, "")
 			case 8: // a conditional read
 				rec = do(http.MethodGet, path+"?offset=-1", map[string]string{"If-None-Match": value(v)}, "")
+			case 10:
+				rec = do(http.MethodGet, path+"?live=long-poll&offset="+url.QueryEscape(value(v))+"&cursor="+url.QueryEscape(value(p)), nil, "")
+			case 11:
+				rec = do(http.MethodGet, path+"?live=sse&offset="+url.QueryEscape(value(v))+"&cursor="+url.QueryEscape(value(p)), nil, "")
 			}
 			next := rec.Header().Get("Stream-Next-Offset")
 			if next == "" {
 				continue
 			}
 			seen = append(seen, next)
+			if wrote := op%12 <= 1 || op%12 == 3 || op%12 == 4; wrote && rec.Code < 300 && !timed {
+				// A create, a fork, a plain append or a close that succeeded answered the tail
+				// (unless a stream here may have expired since: a TTL of 1 is a second).
+				if head := do(http.MethodHead, path, nil, ""); head.Header().Get("Stream-Next-Offset") != next {
+					t.Fatalf("%s answered %q, then HEAD answered %d %q", path, next, head.Code, head.Header().Get("Stream-Next-Offset"))
+				}
+			}
 			if again := do(http.MethodGet, path+"?offset="+url.QueryEscape(next), nil, ""); again.Code != http.StatusOK && again.Code != http.StatusNotFound && again.Code != http.StatusGone {
 				t.Fatalf("the offset %q that %s gave reads as %d: %s", next, path, again.Code, again.Body.String())
 			}
