@@ -83,11 +83,15 @@ func FuzzHTTPSurface(f *testing.F) {
 // (plain, as an idempotent producer, closing), forks at offsets the server gave or the input made
 // up, reads (plain, long-poll and SSE), HEADs, conditional reads and deletes. Each op is three
 // bytes of ops: what, which path (or fork source), which value (from a, b, the offsets seen, or a
-// list of awkward ones). Whatever the sequence: no answer is a 5xx; an offset the server hands
-// out is one it reads from at once (200, or 404/410 when the stream is gone); and a write that
-// succeeded (a create, a fork, a plain append, a close) answered the tail a HEAD then gives. A live read's
-// wait ends by the server's own bounds, set to a nanosecond here: a long-poll at the tail answers
-// 204 and an SSE response ends, as they do when their time is up.
+// list of awkward ones). Whatever the sequence:
+//   - no answer is a 5xx;
+//   - an offset the server hands out is one it reads from at once (200, or 404/410 when the
+//     stream is gone);
+//   - a write that succeeded (a create, a fork, a plain append, a close) answered the tail that
+//     a HEAD then gives.
+//
+// A live read's wait ends by the server's own bounds, set to a nanosecond here: a long-poll at
+// the tail answers 204 and an SSE response ends, as they do when their time is up.
 func FuzzStreamsSequence(f *testing.F) {
 	w := setup(f)
 	streams, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: w.db.Pool})
