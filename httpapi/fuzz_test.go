@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,9 +11,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/producer"
 )
 
 // FuzzHTTPSurface sends arbitrary requests through the whole handler on a real PostgreSQL: any
@@ -213,4 +217,278 @@ func FuzzStreamsSequence(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzAnswerSequence drives the answer routes through random schedules of what a producer and a
+// reader may send: create, open, append (with or without expectedSeq: the right one, one past
+// the end, one inside the text, a retry of the last append as it was sent), the streaming ingest,
+// flush, a reader's cancel, close (complete or with an error) and reads of the view. Each op is
+// two bytes of ops: what, and which value. A model of the produced text follows every answer:
+//   - no answer is a 5xx;
+//   - every producer answer's seq is the model's length, and an append's applied what the model
+//     took (idempotent retries absorbed, conflicts refused with 409 and the stream's seq);
+//   - nothing is taken once an answer said cancelled (a reader's cancel of the open stream, or
+//     one before the open, a flag in the row that a checkpoint reads, as the seed's §6 has it)
+//     or once the stream sealed;
+//   - once the stream is closed, the view (through the replication reader) holds exactly the
+//     produced text, with a terminal status.
+func FuzzAnswerSequence(f *testing.F) {
+	w := setup(f)
+	srv, err := httpapi.New(httpapi.Config{Plane: w.plane, View: w.view, Messages: w.catalog(f), Secret: secret, MaxBodyBytes: 4096})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := srv.Handler()
+	prod, reader := token(f, "svc", "producer"), token(f, "alice", "")
+	f.Add([]byte{0, 0, 1, 0, 2, 0, 2, 1, 9, 0, 2, 2, 3, 0, 4, 0, 7, 0, 5, 0}, "hello ", "wörld 😀")
+	f.Add([]byte{0, 0, 1, 0, 2, 1, 2, 3, 9, 0, 2, 4, 6, 0, 2, 1, 3, 1, 5, 1}, "😀a", "b")
+	f.Add([]byte{2, 0, 1, 0, 0, 0, 1, 0, 3, 0, 1, 0, 5, 0, 1, 0, 2, 0}, "x", "")
+	var run atomic.Int64
+	f.Fuzz(func(t *testing.T, ops []byte, a, b string) {
+		if len(ops) > 2*32 {
+			t.Skip("long schedules explore nothing short ones do not")
+		}
+		id := fmt.Sprintf("fa%d", run.Add(1))
+		type answer struct {
+			Seq       int64 `json:"seq"`
+			Applied   int64 `json:"applied"`
+			Cancelled bool  `json:"cancelled"`
+			Status    string
+			Text      string
+		}
+		do := func(method, path, tok, ctype, body string) (int, answer) {
+			req := httptest.NewRequestWithContext(t.Context(), method, "http://rindle"+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			if ctype != "" {
+				req.Header.Set("Content-Type", ctype)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("%s %s %q: %d %s", method, path, body, rec.Code, rec.Body.String())
+			}
+			var ans answer
+			_ = json.Unmarshal(rec.Body.Bytes(), &ans)
+			return rec.Code, ans
+		}
+		var (
+			created, open, closed, cancelled, asked, failed bool
+			text                                            string // the model: what the stream produced
+			lastBody                                        string // the last append as sent, for a retry
+		)
+		// check holds an answer's seq to the model (a 409 says where the stream is too).
+		// An answer that says cancelled means the server has seen the reader's cancel: nothing
+		// more may be taken.
+		check := func(what string, code int, ans answer) {
+			if code < 300 || code == http.StatusConflict {
+				if ans.Seq != int64(producer.Len16(text)) {
+					t.Fatalf("%s answered %d with seq %d; the model holds %d units: %q", what, code, ans.Seq, producer.Len16(text), text)
+				}
+				cancelled = cancelled || ans.Cancelled
+			}
+		}
+		// push applies an append or an ingest of s at e (nil: the end) to the model, as its answer says.
+		push := func(what string, code int, ans answer, s string, e *int64) {
+			want, took, ok := modelPushAt(text, s, e)
+			switch {
+			case code < 300 && (cancelled || closed):
+				if ans.Seq != int64(producer.Len16(text)) || ans.Applied != 0 {
+					t.Fatalf("%s took text after a cancel or the seal: %d %+v", what, code, ans)
+				}
+			case code < 300 && !ok:
+				t.Fatalf("%s took %q at %v, which the model refuses there: %+v (model %q)", what, s, e, ans, text)
+			case code < 300 && ans.Cancelled && ans.Applied < took:
+				// The reader's cancel (a flag set before the open, which a checkpoint read) came
+				// during this ingest: it took a prefix of its new text, in whole characters.
+				part, whole := prefix16(want[len(text):], ans.Applied)
+				if !whole {
+					t.Fatalf("%s took %d units of %q, not whole characters", what, ans.Applied, want[len(text):])
+				}
+				text += part
+			case code < 300:
+				if ans.Applied != took {
+					t.Fatalf("%s applied %d, the model %d", what, ans.Applied, took)
+				}
+				text = want
+			case code == http.StatusConflict, code == http.StatusRequestEntityTooLarge:
+				// Refused: a conflict, a cancel, the seal, or a body over the bound. Nothing taken.
+			case ok && open && !cancelled && !closed && !strings.ContainsRune(s, 0) && utf8.ValidString(s):
+				t.Fatalf("%s of %q at %v refused with %d; the model takes it (model %q)", what, s, e, code, text)
+			}
+			check(what, code, ans)
+		}
+		value := func(v byte) string {
+			if v%2 == 0 {
+				return a
+			}
+			return b
+		}
+		for len(ops) >= 2 {
+			op, v := ops[0], ops[1]
+			ops = ops[2:]
+			switch op % 10 {
+			case 0:
+				code, _ := do("POST", "/v1/messages", prod, "application/json", fmt.Sprintf(`{"id":%q,"owner":"alice"}`, id))
+				if code == http.StatusCreated {
+					created = true
+				}
+			case 1:
+				code, ans := do("POST", "/v1/streams/"+id+"/open", prod, "", "")
+				if code < 300 {
+					if !created || closed {
+						t.Fatalf("open answered %d without a message row or after the seal", code)
+					}
+					open = true
+					check("open", code, ans)
+				}
+			case 2, 9: // append at an expectedSeq the value picks, or a retry of the last one
+				s := value(v)
+				var e *int64
+				n := int64(producer.Len16(text))
+				switch v / 2 % 6 {
+				case 1:
+					e = &n
+				case 2:
+					e = ptr(n + 1)
+				case 3:
+					e = ptr(n / 2)
+				case 4:
+					e = ptr(int64(0))
+				}
+				body, _ := json.Marshal(map[string]any{"text": s, "expectedSeq": e})
+				if op%10 == 9 && lastBody != "" {
+					body = []byte(lastBody)
+				}
+				var sent struct {
+					Text        string `json:"text"`
+					ExpectedSeq *int64 `json:"expectedSeq"`
+				}
+				_ = json.Unmarshal(body, &sent) // what the server reads: invalid UTF-8 is U+FFFD by then
+				lastBody = string(body)
+				code, ans := do("POST", "/v1/streams/"+id+"/append", prod, "application/json", string(body))
+				push("append", code, ans, sent.Text, sent.ExpectedSeq)
+			case 3: // ingest valid text, at the end or at expectedSeq
+				s := strings.ReplaceAll(strings.ToValidUTF8(value(v), "\uFFFD"), "\x00", "")
+				path := "/v1/streams/" + id + "/ingest"
+				var e *int64
+				if v/2%2 == 1 {
+					e = ptr(int64(producer.Len16(text)) - int64(v/4%3))
+					path += fmt.Sprintf("?expectedSeq=%d", *e)
+				}
+				code, ans := do("POST", path, prod, "text/plain", s)
+				if code == http.StatusBadRequest && e != nil && *e < 0 {
+					continue
+				}
+				push("ingest", code, ans, s, e)
+			case 4:
+				code, ans := do("POST", "/v1/streams/"+id+"/flush", prod, "", "")
+				check("flush", code, ans)
+			case 5: // close: complete, or an error
+				body := "{}"
+				if v%2 == 1 {
+					body = `{"error":"the model failed"}`
+				}
+				code, ans := do("POST", "/v1/streams/"+id+"/close", prod, "application/json", body)
+				if code < 300 {
+					check("close", code, ans)
+					if !closed {
+						failed = v%2 == 1
+					}
+					closed = true
+				}
+			case 6:
+				code, _ := do("POST", "/v1/streams/"+id+"/cancel", reader, "", "")
+				// A cancel of an open stream stops it at once; one before the open is a flag in
+				// the row that the first checkpoint reads (the seed's §6): either may seal it
+				// cancelled.
+				cancelled = cancelled || code < 300 && open && !closed
+				asked = asked || code < 300
+				if code < 300 && !created {
+					t.Fatalf("a cancel answered %d without a message row", code)
+				}
+			case 7, 8:
+				if code, ans := do("GET", "/v1/streams/"+id, reader, "", ""); code == http.StatusOK && !strings.HasPrefix(text, ans.Text) {
+					t.Fatalf("the view holds %q, not a prefix of the produced %q", ans.Text, text)
+				}
+			}
+		}
+		if !open {
+			return
+		}
+		if !closed {
+			code, ans := do("POST", "/v1/streams/"+id+"/close", prod, "application/json", "{}")
+			if code >= 300 {
+				t.Fatalf("the final close answered %d", code)
+			}
+			check("close", code, ans)
+		}
+		// The view catches up through the replication reader: wait on its long-poll, a condition.
+		for {
+			code, ans := do("GET", "/v1/streams/"+id+"?wait=10s&after="+fmt.Sprint(producer.Len16(text)), reader, "", "")
+			if code != http.StatusOK {
+				t.Fatalf("reading the view answered %d", code)
+			}
+			if ans.Status == "pending" || ans.Status == "streaming" {
+				continue
+			}
+			if ans.Text != text {
+				t.Fatalf("sealed %s, the view holds %q; produced %q", ans.Status, ans.Text, text)
+			}
+			if want := "complete"; !asked && !failed && ans.Status != want {
+				t.Fatalf("sealed %s, want %s", ans.Status, want)
+			}
+			return
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// prefix16 is the prefix of s that is n UTF-16 units long, false when n falls inside a character.
+func prefix16(s string, n int64) (string, bool) {
+	var at int64
+	for i, r := range s {
+		if at == n {
+			return s[:i], true
+		}
+		if at > n {
+			return "", false
+		}
+		at += int64(utf16.RuneLen(r))
+	}
+	return s, at == n
+}
+
+// modelPushAt is LiveStream.PushAt's rule on a string: s placed at e (nil: the end) of text. It
+// returns the new text, the UTF-16 units new, and false when s cannot start at e (past the end,
+// inside a surrogate pair, or different text already there).
+func modelPushAt(text, s string, e *int64) (string, int64, bool) {
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		return text, 0, false
+	}
+	n := int64(producer.Len16(text))
+	if e == nil || *e == n {
+		return text + s, int64(producer.Len16(s)), true
+	}
+	if *e > n || *e < 0 {
+		return text, 0, false
+	}
+	var at int64
+	for i, r := range text {
+		if at == *e {
+			held := text[i:]
+			if len(s) <= len(held) {
+				return text, 0, held[:len(s)] == s
+			}
+			if s[:len(held)] != held {
+				return text, 0, false
+			}
+			return text + s[len(held):], int64(producer.Len16(s[len(held):])), true
+		}
+		if at > *e {
+			break
+		}
+		at += int64(utf16.RuneLen(r))
+	}
+	return text, 0, false // inside a surrogate pair
 }
