@@ -58,7 +58,7 @@ func (s *Server) streamCreate(w http.ResponseWriter, r *http.Request, path strin
 	if ttl != "" {
 		n, err := strconv.ParseInt(ttl, 10, 64)
 		if !ttlPattern.MatchString(ttl) || err != nil || n > maxStreamTTL {
-			streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Stream-TTL must be a non-negative integer of seconds, at most %d (100 years)", maxStreamTTL))
+			streamProblem(w, http.StatusBadRequest, fmt.Sprintf("Stream-TTL must be a whole number of seconds from 1 to %d (100 years), in decimal without a sign or leading zeros", maxStreamTTL))
 			return
 		}
 		if n == 0 {
