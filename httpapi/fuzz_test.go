@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
@@ -136,23 +135,10 @@ func FuzzStreamsSequence(f *testing.F) {
 			return odd[int(v/4)%len(odd)]
 		}
 		do := func(method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
-			req := httptest.NewRequestWithContext(t.Context(), method, "http://rindle"+path, strings.NewReader(body))
 			if method == http.MethodDelete {
-				req.Header.Set("Authorization", "Bearer "+admin)
-			} else {
-				req.Header.Set("Authorization", "Bearer "+tok)
+				return serveNo5xx(t, h, method, path, admin, hdr, body)
 			}
-			for k, v := range hdr {
-				if v != "" { // an empty value is no header: a fork at the source's end, a read without a tag
-					req.Header.Set(k, v)
-				}
-			}
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code >= 500 {
-				t.Fatalf("%s %s %q %q: %d %s", method, path, hdr, body, rec.Code, rec.Body.String())
-			}
-			return rec
+			return serveNo5xx(t, h, method, path, tok, hdr, body)
 		}
 		for len(ops) >= 3 {
 			op, p, v := ops[0], ops[1], ops[2]
@@ -257,16 +243,7 @@ func FuzzAnswerSequence(f *testing.F) {
 			Text      string
 		}
 		do := func(method, path, tok, ctype, body string) (int, answer) {
-			req := httptest.NewRequestWithContext(t.Context(), method, "http://rindle"+path, strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+tok)
-			if ctype != "" {
-				req.Header.Set("Content-Type", ctype)
-			}
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code >= 500 {
-				t.Fatalf("%s %s %q: %d %s", method, path, body, rec.Code, rec.Body.String())
-			}
+			rec := serveNo5xx(t, h, method, path, tok, map[string]string{"Content-Type": ctype}, body)
 			var ans answer
 			_ = json.Unmarshal(rec.Body.Bytes(), &ans)
 			return rec.Code, ans
@@ -442,21 +419,31 @@ func FuzzAnswerSequence(f *testing.F) {
 	})
 }
 
+// serveNo5xx sends one request with tok and the headers in hdr (an empty value is no header:
+// a fork at the source's end, a read without a tag) through h, and fails t on a 5xx.
+func serveNo5xx(t *testing.T, h http.Handler, method, path, tok string, hdr map[string]string, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequestWithContext(t.Context(), method, "http://rindle"+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	for k, v := range hdr {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code >= 500 {
+		t.Fatalf("%s %s %q %q: %d %s", method, path, hdr, body, rec.Code, rec.Body.String())
+	}
+	return rec
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // prefix16 is the prefix of s that is n UTF-16 units long, false when n falls inside a character.
 func prefix16(s string, n int64) (string, bool) {
-	var at int64
-	for i, r := range s {
-		if at == n {
-			return s[:i], true
-		}
-		if at > n {
-			return "", false
-		}
-		at += int64(utf16.RuneLen(r))
-	}
-	return s, at == n
+	part := producer.Slice16(s, 0, producer.Seq(n))
+	return part, int64(producer.Len16(part)) == n
 }
 
 // modelPushAt is LiveStream.PushAt's rule on a string: s placed at e (nil: the end) of text. It
@@ -470,25 +457,16 @@ func modelPushAt(text, s string, e *int64) (string, int64, bool) {
 	if e == nil || *e == n {
 		return text + s, int64(producer.Len16(s)), true
 	}
-	if *e > n || *e < 0 {
+	before, whole := prefix16(text, *e)
+	if *e > n || *e < 0 || !whole {
 		return text, 0, false
 	}
-	var at int64
-	for i, r := range text {
-		if at == *e {
-			held := text[i:]
-			if len(s) <= len(held) {
-				return text, 0, held[:len(s)] == s
-			}
-			if s[:len(held)] != held {
-				return text, 0, false
-			}
-			return text + s[len(held):], int64(producer.Len16(s[len(held):])), true
-		}
-		if at > *e {
-			break
-		}
-		at += int64(utf16.RuneLen(r))
+	held := text[len(before):]
+	if len(s) <= len(held) {
+		return text, 0, held[:len(s)] == s
 	}
-	return text, 0, false // inside a surrogate pair
+	if s[:len(held)] != held {
+		return text, 0, false
+	}
+	return text + s[len(held):], int64(producer.Len16(s[len(held):])), true
 }
