@@ -26,8 +26,10 @@ import (
 //go:embed *.up.sql
 var files embed.FS
 
-// lockKey is the advisory lock that serializes concurrent Migrate calls ("rindle" in ASCII).
-const lockKey = 0x72696e646c65
+// LockKey is the advisory lock that serializes concurrent Migrate calls ("rindle" in ASCII).
+// A start-up that waits on it shows in pg_locks as an advisory lock with objid 1852075109
+// (the key's low 32 bits) and classid 29289 (its high bits).
+const LockKey = 0x72696e646c65
 
 // Migration is one embedded schema step.
 type Migration struct {
@@ -78,11 +80,11 @@ func migrateTo(ctx context.Context, conn *pgx.Conn, upto int) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(lockKey)); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(LockKey)); err != nil {
 		return nil, fmt.Errorf("migrations: take the advisory lock: %w", err)
 	}
 	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(lockKey))
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(LockKey))
 	}()
 	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+Table+` (

@@ -239,7 +239,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 		logger := s.logger(stdout)
-		_, applied, stopDB, err := migratedDatabase(ctx, s, logger)
+		watch := watchStartup(logger, defaultSlowStart)
+		_, applied, stopDB, err := migratedDatabase(ctx, s, logger, watch.at)
+		watch.stop()
 		if err != nil {
 			return s.reported(logger, err)
 		}
@@ -359,8 +361,11 @@ func database(ctx context.Context, s *settings, logger *slog.Logger) (string, fu
 }
 
 // migratedDatabase is database, then the migrations it lacks. stop releases the private
-// cluster, if one was started.
-func migratedDatabase(ctx context.Context, s *settings, logger *slog.Logger) (url string, applied []int, stop func(), err error) {
+// cluster, if one was started. at is told each step as it begins.
+func migratedDatabase(ctx context.Context, s *settings, logger *slog.Logger, at func(step string)) (url string, applied []int, stop func(), err error) {
+	if s.databaseURL == "" {
+		at("starting the private PostgreSQL")
+	}
 	url, stop, err = database(ctx, s, logger)
 	if err != nil {
 		return "", nil, nil, err
@@ -373,12 +378,14 @@ func migratedDatabase(ctx context.Context, s *settings, logger *slog.Logger) (ur
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = s.connectTimeout
 	}
+	at("connecting to the database")
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		stop()
 		return "", nil, nil, fmt.Errorf("connect to the database (within %s): %w", cfg.ConnectTimeout, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	at("migrating the database (another instance migrating holds the migrations' advisory lock)")
 	if applied, err = migrations.Migrate(ctx, conn); err != nil {
 		stop()
 		return "", nil, nil, err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/cdc"
@@ -63,16 +64,7 @@ func startRindled(t *testing.T, db *pgtest.DB, args ...string) *started {
 		s.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-slot", db.Slot()}, args...), env, logw, io.Discard)
 		_ = logw.Close()
 	}()
-	if _, registered := slotDrops.LoadOrStore(db.Name, true); !registered {
-		// Registered by the first instance on db, so it runs after every instance stopped: the
-		// slot outlives the servers; drop it (waiting for the walsender to let go) so the test
-		// database can be dropped.
-		t.Cleanup(func() {
-			r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil)})
-			require.NoError(t, err)
-			require.NoError(t, r.DropSlot(context.Background()))
-		})
-	}
+	dropSlotAfter(t, db)
 	t.Cleanup(func() {
 		signal()
 		<-s.over
@@ -87,6 +79,90 @@ func startRindled(t *testing.T, db *pgtest.DB, args ...string) *started {
 	require.NotEmpty(t, s.base, "rindled never said where it listens")
 	go func() { _, _ = io.Copy(io.Discard, logs) }()
 	return s
+}
+
+// dropSlotAfter drops db's slot once the test is over. Registered by the first instance on db,
+// so it runs after every instance stopped: the slot outlives the servers; it is dropped
+// (waiting for the walsender to let go) so the test database can be dropped.
+func dropSlotAfter(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	if _, registered := slotDrops.LoadOrStore(db.Name, true); registered {
+		return
+	}
+	t.Cleanup(func() {
+		r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil)})
+		require.NoError(t, err)
+		require.NoError(t, r.DropSlot(context.Background()))
+	})
+}
+
+// A start-up held up names what it waits on, again while it waits, and says when it listens
+// how long it took. The hold-up is the real one seen when instances start together: another
+// holds the migrations' advisory lock.
+func TestSlowStartUpSaysWhatItWaitsOn(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	other, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	_, err = other.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(migrations.LockKey))
+	require.NoError(t, err)
+
+	env := envOf(map[string]string{"DATABASE_URL": db.URL, "RINDLE_JWT_SECRET": testSecret})
+	s, err := parse("rindled", []string{"-addr", "127.0.0.1:0", "-slot", db.Slot(), "-log-format", "json"}, env, io.Discard, nil)
+	require.NoError(t, err)
+	dropSlotAfter(t, db)
+	logs, logw := io.Pipe()
+	// A warning every millisecond: the test waits on the lines, not on a clock.
+	in := &server{s: s, logger: s.logger(logw), hostID: "slow-start", slowStart: time.Millisecond}
+	serveCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		defer in.stop()
+		done <- in.serve(serveCtx)
+		_ = logw.Close()
+	}()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+
+	lines := bufio.NewScanner(logs)
+	next := func() map[string]any {
+		require.True(t, lines.Scan(), "the log ended: %v", lines.Err())
+		var line map[string]any
+		require.NoError(t, json.Unmarshal(lines.Bytes(), &line), "%s", lines.Text())
+		return line
+	}
+	var warned int
+	for warned < 2 { // twice: it keeps saying so while it waits
+		line := next()
+		// Connecting may take longer than a millisecond too, and say so: wait for the lock.
+		if line["msg"] == "start-up is still waiting" && strings.Contains(line["step"].(string), "migrating the database") {
+			require.Equal(t, "WARN", line["level"])
+			require.Contains(t, line["step"], "advisory lock")
+			require.NotEmpty(t, line["waited"])
+			warned++
+		}
+		require.NotEqual(t, "rindled listening", line["msg"], "it listened while the lock was held")
+	}
+	// What an operator would look for, as migrations.LockKey's comment says.
+	var waiting bool
+	require.NoError(t, other.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+		AND classid = 29289 AND objid = 1852075109 AND NOT granted)`).Scan(&waiting))
+	require.True(t, waiting, "the waiting start-up's lock, as documented")
+	_, err = other.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrations.LockKey))
+	require.NoError(t, err)
+	for {
+		line := next()
+		if line["msg"] == "rindled listening" {
+			require.NotEmpty(t, line["started_in"])
+			break
+		}
+		require.NotEqual(t, "ERROR", line["level"], "%v", line)
+	}
+	go func() { _, _ = io.Copy(io.Discard, logs) }()
 }
 
 func TestServeThenDrainOnSignal(t *testing.T) {

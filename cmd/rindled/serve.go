@@ -50,6 +50,10 @@ type server struct {
 	plane   *producer.Plane
 	lease   *checkpoint.Lease
 
+	// start-up: what it waits on, logged while a step is slow (slowStart, default 5 s)
+	watch     *startupWatch
+	slowStart time.Duration
+
 	stops []func()
 }
 
@@ -105,6 +109,11 @@ func (in *server) serve(ctx context.Context) error {
 	if in.secret, in.issuers, err = issuers(s); err != nil {
 		return err
 	}
+	if in.slowStart <= 0 {
+		in.slowStart = defaultSlowStart
+	}
+	in.watch = watchStartup(in.logger, in.slowStart)
+	defer in.watch.stop()
 	for _, step := range []func(context.Context) error{
 		in.openDatabase,
 		in.startTelemetry,
@@ -125,12 +134,13 @@ func (in *server) serve(ctx context.Context) error {
 // openDatabase migrates the database (starting the private cluster when there is no URL),
 // opens the pool sized by -db-max-conns, and checks the tables against the mapping.
 func (in *server) openDatabase(ctx context.Context) error {
-	url, _, stopDB, err := migratedDatabase(ctx, in.s, in.logger)
+	url, _, stopDB, err := migratedDatabase(ctx, in.s, in.logger, in.watch.at)
 	if err != nil {
 		return err
 	}
 	in.onStop(stopDB)
 	in.url = url
+	in.watch.at("opening the pool and checking the tables")
 	poolCfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
@@ -149,6 +159,7 @@ func (in *server) openDatabase(ctx context.Context) error {
 }
 
 func (in *server) startTelemetry(ctx context.Context) error {
+	in.watch.at("starting telemetry")
 	tel, shutdown, err := rotel.Setup(ctx, rotel.Config{ServiceName: "rindled", ServiceVersion: version(), OTLPEndpoint: in.s.otlp, NoOTLPMetrics: in.s.otlpMetrics == "none"})
 	if err != nil {
 		return err
@@ -163,6 +174,7 @@ func (in *server) startTelemetry(ctx context.Context) error {
 func (in *server) startDurable(ctx context.Context) error {
 	// The view subscribes before the reader publishes: GoChannel keeps no history, and a
 	// JetStream consumer delivers what is published after it subscribed.
+	in.watch.at("connecting to the broker")
 	bus, err := broker.Open(ctx, broker.Config{URL: in.s.brokerURL, Name: in.hostID, Logger: in.logger})
 	if err != nil {
 		return err
@@ -170,6 +182,7 @@ func (in *server) startDurable(ctx context.Context) error {
 	in.bus = bus
 	in.onStop(func() { _ = bus.Close() })
 	tel := in.tel
+	in.watch.at("starting the view")
 	if in.view, err = ivm.New(ivm.Config{Subscriber: bus.Subscriber, Topic: bus.Topic, Pool: in.pool, Logger: in.logger,
 		OnApplyFunc: func(tx *cdc.Tx, lag time.Duration) { tel.Instruments.ObserveApply(lag, tx.Traceparent()) }}); err != nil {
 		return err
@@ -190,6 +203,7 @@ func (in *server) startDurable(ctx context.Context) error {
 		Slot: in.s.slot, Publisher: bus.Publisher, Topic: bus.Topic, Logger: in.logger, MaxEventBytes: maxEvent}); err != nil {
 		return err
 	}
+	in.watch.at("setting up CDC: the publication and the replication slot (a new slot waits for running transactions to end)")
 	if err := in.reader.Start(ctx); err != nil {
 		return err
 	}
@@ -203,6 +217,7 @@ func (in *server) startDurable(ctx context.Context) error {
 // startLive starts the live plane on the checkpoint store, the lease that fences it, and the
 // sweeper that seals what lapsed hosts left.
 func (in *server) startLive(ctx context.Context) error {
+	in.watch.at("starting the live plane")
 	db := checkpoint.PoolDB(in.pool)
 	var err error
 	if in.catalog, err = checkpoint.NewCatalog(checkpoint.CatalogConfig{DB: db, Tables: checkpoint.DefaultTables()}); err != nil {
@@ -370,6 +385,7 @@ func (in *server) ready(ctx context.Context) error {
 // listen serves handler on -addr (and pprof on -debug-addr) until ctx ends, then drains: every
 // live stream is sealed interrupted with everything produced, then serving stops.
 func (in *server) listen(ctx context.Context, handler http.Handler) error {
+	in.watch.at("listening on " + in.s.addr)
 	ln, err := net.Listen("tcp", in.s.addr)
 	if err != nil {
 		return err
@@ -390,7 +406,8 @@ func (in *server) listen(ctx context.Context, handler http.Handler) error {
 		BaseContext: func(net.Listener) context.Context { return base }}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	in.logger.Info("rindled listening", "url", "http://"+ln.Addr().String(), "host", in.hostID, "version", version(), "demo", in.s.demoOn())
+	in.logger.Info("rindled listening", "url", "http://"+ln.Addr().String(), "host", in.hostID, "version", version(), "demo", in.s.demoOn(),
+		"started_in", in.watch.stop().Round(time.Millisecond))
 
 	select {
 	case err := <-served:

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// defaultSlowStart is how long start-up may wait on one step before it says so in the log.
+const defaultSlowStart = 5 * time.Second
+
+// startupWatch (rindled serve's, and rindled migrate's) names the step start-up is waiting on and, while a step takes longer than
+// every, logs a warning naming it, once per every. A healthy start is silent until "rindled
+// listening"; one that hangs (on the migrations' advisory lock another instance holds, on
+// creating the replication slot while long transactions run, on an unreachable broker) says
+// where, instead of nothing until a health check gives up.
+type startupWatch struct {
+	logger *slog.Logger
+	every  time.Duration
+	began  time.Time
+
+	mu    sync.Mutex
+	step  string
+	since time.Time
+	done  chan struct{}
+	once  sync.Once
+	took  time.Duration
+}
+
+func watchStartup(logger *slog.Logger, every time.Duration) *startupWatch {
+	now := time.Now()
+	w := &startupWatch{logger: logger, every: every, began: now, since: now, done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// at says start-up now waits on step.
+func (w *startupWatch) at(step string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.step, w.since = step, time.Now()
+}
+
+// stop ends the watch: start-up finished or failed. It returns how long start-up took, as
+// measured by its first call; later calls change nothing.
+func (w *startupWatch) stop() time.Duration {
+	w.once.Do(func() {
+		w.took = time.Since(w.began)
+		close(w.done)
+	})
+	return w.took
+}
+
+func (w *startupWatch) run() {
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case now := <-t.C:
+			w.mu.Lock()
+			step, waited := w.step, now.Sub(w.since)
+			w.mu.Unlock()
+			if step != "" && waited >= w.every {
+				w.logger.Warn("start-up is still waiting", "step", step, "waited", waited.Round(time.Millisecond),
+					"since_start", now.Sub(w.began).Round(time.Millisecond))
+			}
+		}
+	}
+}
