@@ -91,7 +91,10 @@ func FuzzHTTPSurface(f *testing.F) {
 //   - an offset the server hands out is one it reads from at once (200, or 404/410 when the
 //     stream is gone);
 //   - a write that succeeded (a create, a fork, a plain append, a close) answered the tail that
-//     a HEAD then gives.
+//     a HEAD then gives;
+//   - a write with a body that moved the tail (a create, an append, a producer's append, a
+//     closing append) reads back, from the tail before it, as exactly that body: the same
+//     bytes, or in a JSON stream the same values.
 //
 // A live read's wait ends by the server's own bounds, set to a nanosecond here: a long-poll at
 // the tail answers 204 and an SSE response ends, as they do when their time is up.
@@ -112,6 +115,7 @@ func FuzzStreamsSequence(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 2, 0, 2, 2, 0, 2, 3, 0, 0, 4, 1, 9, 7, 0, 0, 0, 0, 0, 6, 1, 0}, `{"a":1}`, "application/json")
 	f.Add([]byte{0, 0, 0, 1, 0, 0, 4, 2, 10, 5, 2, 2, 1, 2, 0, 7, 0, 0, 5, 2, 10, 0, 0, 0, 10, 2, 2, 11, 2, 2, 3, 2, 0}, "fork me", "text/plain")
 	f.Add([]byte{0, 0, 3, 1, 0, 0, 8, 0, 9, 5, 0, 6, 0, 1, 4, 4, 2, 5, 5, 2, 8}, "\xff\x00bytes", "application/octet-stream")
+	f.Add([]byte{0, 0, 6, 1, 0, 26, 1, 0, 11, 2, 0, 1, 3, 0, 11, 5, 0, 2}, `[1, {"b": 2}]`, `"x"`)
 	var run atomic.Int64
 	f.Fuzz(func(t *testing.T, ops []byte, a, b string) {
 		if len(ops) > 3*24 {
@@ -145,6 +149,22 @@ func FuzzStreamsSequence(f *testing.F) {
 			ops = ops[3:]
 			path := paths[int(p)%len(paths)]
 			ctype := types[int(v)%len(types)]
+			// The tail before a write that carries a body, to read that body back from.
+			before, sent := "", ""
+			switch op % 12 {
+			case 0, 1, 3:
+				sent = a
+			case 2:
+				sent = b
+			}
+			if sent != "" {
+				switch head := do(http.MethodHead, path, nil, ""); {
+				case head.Code == http.StatusOK:
+					before = head.Header().Get("Stream-Next-Offset")
+				case head.Code == http.StatusNotFound && op%12 == 0:
+					before = "-1" // a create: its body is the stream's first data
+				}
+			}
 			var rec *httptest.ResponseRecorder
 			switch op % 12 {
 			case 0: // create, with a TTL or an expiry from the input
@@ -162,11 +182,10 @@ func FuzzStreamsSequence(f *testing.F) {
 			case 2: // an idempotent producer's append
 				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Producer-Id": "p" + value(p), "Producer-Epoch": value(v), "Producer-Seq": value(v + 1)}, b)
 			case 3: // close, with or without a last append
-				body := ""
-				if v%2 == 1 {
-					body = a
+				if v%2 == 0 {
+					sent = ""
 				}
-				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Stream-Closed": "true"}, body)
+				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Stream-Closed": "true"}, sent)
 			case 4: // fork another path, at an offset, with a sub-offset when v's top bit is set
 				sub := ""
 				if v&0x80 != 0 {
@@ -191,6 +210,13 @@ func FuzzStreamsSequence(f *testing.F) {
 				continue
 			}
 			seen = append(seen, next)
+			if sent != "" && before != "" && rec.Code < 300 && next != before && !timed {
+				// A write that moved the tail took its body: reading from where the tail was
+				// gives that body back as sent, nothing altered, nothing more.
+				if got, want, ok := readsBackAs(t, do, path, before, sent); !ok {
+					t.Fatalf("%s took %q (%d, %q → %q); read back from %q it is %q, not %q", path, sent, rec.Code, before, next, before, got, want)
+				}
+			}
 			if wrote := op%12 <= 1 || op%12 == 3 || op%12 == 4; wrote && rec.Code < 300 && !timed {
 				// A create, a fork, a plain append or a close that succeeded answered the tail
 				// (unless a stream here may have expired since: a TTL of 1 is a second).
@@ -436,6 +462,60 @@ func serveNo5xx(t *testing.T, h http.Handler, method, path, tok string, hdr map[
 		t.Fatalf("%s %s %q %q: %d %s", method, path, hdr, body, rec.Code, rec.Body.String())
 	}
 	return rec
+}
+
+// readsBackAs reads path from offset to its tail, page by page, and reports whether what it
+// holds there is sent: the same bytes, or in a JSON stream the same values (an array body
+// flattened one level, as the protocol appends it). It returns what it read and what it wanted,
+// each as one string.
+func readsBackAs(t *testing.T, do func(method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder,
+	path, offset, sent string) (string, string, bool) {
+	t.Helper()
+	var got []byte
+	var values []json.RawMessage
+	isJSON := false
+	for range 64 {
+		rec := do(http.MethodGet, path+"?offset="+url.QueryEscape(offset), nil, "")
+		if rec.Code != http.StatusOK {
+			return fmt.Sprintf("%d %s", rec.Code, rec.Body.String()), sent, false
+		}
+		isJSON = strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json")
+		if isJSON {
+			var page []json.RawMessage
+			if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
+				return rec.Body.String(), sent, false
+			}
+			values = append(values, page...)
+		}
+		got = append(got, rec.Body.Bytes()...)
+		next := rec.Header().Get("Stream-Next-Offset")
+		if rec.Header().Get("Stream-Up-To-Date") == "true" || next == offset {
+			break
+		}
+		offset = next
+	}
+	if !isJSON {
+		return string(got), sent, string(got) == sent
+	}
+	var want []json.RawMessage
+	if err := json.Unmarshal([]byte(sent), &want); err != nil || !strings.HasPrefix(strings.TrimSpace(sent), "[") {
+		want = []json.RawMessage{json.RawMessage(sent)}
+	}
+	return jsonValues(values), jsonValues(want), jsonValues(values) == jsonValues(want)
+}
+
+// jsonValues is values, each compacted, one per line: equal for the same values as sent.
+func jsonValues(values []json.RawMessage) string {
+	var out strings.Builder
+	for _, v := range values {
+		var c bytes.Buffer
+		if err := json.Compact(&c, v); err != nil {
+			c.Write(v)
+		}
+		out.Write(c.Bytes())
+		out.WriteByte('\n')
+	}
+	return out.String()
 }
 
 func ptr[T any](v T) *T { return &v }
