@@ -94,7 +94,8 @@ func FuzzHTTPSurface(f *testing.F) {
 //     a HEAD then gives;
 //   - a write with a body that moved the tail (a create, an append, a producer's append, a
 //     closing append) reads back, from the tail before it, as exactly that body: the same
-//     bytes, or in a JSON stream the same values.
+//     bytes, or in a JSON stream the same values;
+//   - a fork holds a prefix of its source, of the same kind.
 //
 // A live read's wait ends by the server's own bounds, set to a nanosecond here: a long-poll at
 // the tail answers 204 and an SSE response ends, as they do when their time is up.
@@ -138,7 +139,7 @@ func FuzzStreamsSequence(f *testing.F) {
 			}
 			return odd[int(v/4)%len(odd)]
 		}
-		do := func(method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
+		var do doFunc = func(method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
 			if method == http.MethodDelete {
 				return serveNo5xx(t, h, method, path, admin, hdr, body)
 			}
@@ -215,6 +216,23 @@ func FuzzStreamsSequence(f *testing.F) {
 				// gives that body back as sent, nothing altered, nothing more.
 				if got, want, ok := readsBackAs(t, do, path, before, sent); !ok {
 					t.Fatalf("%s took %q (%d, %q → %q); read back from %q it is %q, not %q", path, sent, rec.Code, before, next, before, got, want)
+				}
+			}
+			if op%12 == 4 && rec.Code == http.StatusCreated && !timed {
+				// A fork holds a prefix of its source: the appends up to the fork offset, and a
+				// cut of the next one at a sub-offset.
+				source := paths[int(p+1)%len(paths)]
+				fork, forkValues, forkJSON, forkOK := readTail(t, do, path, "-1")
+				src, srcValues, srcJSON, srcOK := readTail(t, do, source, "-1")
+				switch {
+				case !forkOK:
+					t.Fatalf("the fork %s answered 201, then reads as %s", path, fork)
+				case srcOK && forkJSON != srcJSON:
+					t.Fatalf("the fork %s (JSON %v) and its source %s (JSON %v) differ in kind", path, forkJSON, source, srcJSON)
+				case srcOK && forkJSON && !strings.HasPrefix(jsonValues(srcValues), jsonValues(forkValues)):
+					t.Fatalf("the fork %s holds %q, not a prefix of its source %s's %q", path, jsonValues(forkValues), source, jsonValues(srcValues))
+				case srcOK && !forkJSON && !strings.HasPrefix(src, fork):
+					t.Fatalf("the fork %s holds %q, not a prefix of its source %s's %q", path, fork, source, src)
 				}
 			}
 			if wrote := op%12 <= 1 || op%12 == 3 || op%12 == 4; wrote && rec.Code < 300 && !timed {
@@ -471,44 +489,55 @@ func serveNo5xx(t *testing.T, h http.Handler, method, path, tok string, hdr map[
 	return rec
 }
 
-// readsBackAs reads path from offset to its tail, page by page, and reports whether what it
-// holds there is sent: the same bytes, or in a JSON stream the same values (an array body
-// flattened one level, as the protocol appends it). It returns what it read and what it wanted,
-// each as one string.
-func readsBackAs(t *testing.T, do func(method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder,
-	path, offset, sent string) (string, string, bool) {
+// readsBackAs reads path from offset to its tail and reports whether what it holds there is
+// sent: the same bytes, or in a JSON stream the same values (an array body flattened one level,
+// as the protocol appends it). It returns what it read and what it wanted, each as one string.
+func readsBackAs(t *testing.T, do doFunc, path, offset, sent string) (string, string, bool) {
 	t.Helper()
-	var got []byte
-	var values []json.RawMessage
-	isJSON := false
-	for range 64 {
-		rec := do(http.MethodGet, path+"?offset="+url.QueryEscape(offset), nil, "")
-		if rec.Code != http.StatusOK {
-			return fmt.Sprintf("%d %s", rec.Code, rec.Body.String()), sent, false
-		}
-		isJSON = strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json")
-		if isJSON {
-			var page []json.RawMessage
-			if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
-				return rec.Body.String(), sent, false
-			}
-			values = append(values, page...)
-		}
-		got = append(got, rec.Body.Bytes()...)
-		next := rec.Header().Get("Stream-Next-Offset")
-		if rec.Header().Get("Stream-Up-To-Date") == "true" || next == offset {
-			break
-		}
-		offset = next
-	}
-	if !isJSON {
-		return string(got), sent, string(got) == sent
+	got, values, isJSON, ok := readTail(t, do, path, offset)
+	switch {
+	case !ok:
+		return got, sent, false
+	case !isJSON:
+		return got, sent, got == sent
 	}
 	var want []json.RawMessage
 	if err := json.Unmarshal([]byte(sent), &want); err != nil || !strings.HasPrefix(strings.TrimSpace(sent), "[") {
 		want = []json.RawMessage{json.RawMessage(sent)}
 	}
 	return jsonValues(values), jsonValues(want), jsonValues(values) == jsonValues(want)
+}
+
+// doFunc is FuzzStreamsSequence's request: method, path, headers, body.
+type doFunc func(method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder
+
+// readTail reads path from offset to its tail, page by page: the bytes, and in a JSON stream
+// the values (each page is an array of them). ok is false when a page did not answer 200 with
+// what its type promises; got then says what came.
+func readTail(t *testing.T, do doFunc, path, offset string) (got string, values []json.RawMessage, isJSON, ok bool) {
+	t.Helper()
+	var data []byte
+	for range 64 {
+		rec := do(http.MethodGet, path+"?offset="+url.QueryEscape(offset), nil, "")
+		if rec.Code != http.StatusOK {
+			return fmt.Sprintf("%d %s", rec.Code, rec.Body.String()), nil, false, false
+		}
+		isJSON = strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json")
+		if isJSON {
+			var page []json.RawMessage
+			if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
+				return rec.Body.String(), nil, true, false
+			}
+			values = append(values, page...)
+		}
+		data = append(data, rec.Body.Bytes()...)
+		next := rec.Header().Get("Stream-Next-Offset")
+		if rec.Header().Get("Stream-Up-To-Date") == "true" || next == offset {
+			break
+		}
+		offset = next
+	}
+	return string(data), values, isJSON, true
 }
 
 // jsonValues is values, each compacted, one per line: equal for the same values as sent.
