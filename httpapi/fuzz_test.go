@@ -95,7 +95,8 @@ func FuzzHTTPSurface(f *testing.F) {
 //   - a write with a body that moved the tail (a create, an append, a producer's append, a
 //     closing append) reads back, from the tail before it, as exactly that body: the same
 //     bytes, or in a JSON stream the same values;
-//   - a fork holds a prefix of its source, of the same kind.
+//   - a fork holds a prefix of its source, of the same kind;
+//   - an idempotent producer's append (id, epoch, seq) moves a stream's tail at most once.
 //
 // A live read's wait ends by the server's own bounds, set to a nanosecond here: a long-poll at
 // the tail answers 204 and an SSE response ends, as they do when their time is up.
@@ -117,6 +118,7 @@ func FuzzStreamsSequence(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 0, 0, 4, 2, 10, 5, 2, 2, 1, 2, 0, 7, 0, 0, 5, 2, 10, 0, 0, 0, 10, 2, 2, 11, 2, 2, 3, 2, 0}, "fork me", "text/plain")
 	f.Add([]byte{0, 0, 3, 1, 0, 0, 8, 0, 9, 5, 0, 6, 0, 1, 4, 4, 2, 5, 5, 2, 8}, "\xff\x00bytes", "application/octet-stream")
 	f.Add([]byte{0, 0, 6, 1, 0, 26, 1, 0, 11, 2, 0, 1, 3, 0, 11, 5, 0, 2}, `[1, {"b": 2}]`, `"x"`)
+	f.Add([]byte{0, 0, 0, 2, 0, 0, 2, 0, 0, 5, 0, 0}, "0", "0") // a producer's append at epoch 0, seq 0, sent twice
 	var run atomic.Int64
 	f.Fuzz(func(t *testing.T, ops []byte, a, b string) {
 		if len(ops) > 3*24 {
@@ -126,6 +128,9 @@ func FuzzStreamsSequence(f *testing.F) {
 		paths := []string{prefix + "a", prefix + "b", prefix + "a/c"}
 		seen := []string{"-1", "now"}
 		timed := false // a create here had a TTL or an expiry
+		// taken holds, per path, the producer appends (id, epoch, seq) that moved its tail since
+		// the stream there was made: one sent again must not move it a second time.
+		taken := map[string]map[string]bool{}
 		odd := []string{"", "0", "-1", "now", "1", "-5", "99999999999999999999", "0000000000000001-0000000000000000", "abc", "1.5", " 3", "true", "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"}
 		types := []string{"text/plain", "application/json", "application/octet-stream", "text/plain; charset=utf-8", ""}
 		value := func(v byte) string {
@@ -181,7 +186,18 @@ func FuzzStreamsSequence(f *testing.F) {
 			case 1: // append
 				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Stream-Seq": value(v)}, a)
 			case 2: // an idempotent producer's append
-				rec = do(http.MethodPost, path, map[string]string{"Content-Type": ctype, "Producer-Id": "p" + value(p), "Producer-Epoch": value(v), "Producer-Seq": value(v + 1)}, b)
+				hdr := map[string]string{"Content-Type": ctype, "Producer-Id": "p" + value(p), "Producer-Epoch": value(v), "Producer-Seq": value(v + 1)}
+				rec = do(http.MethodPost, path, hdr, b)
+				if moved := rec.Header().Get("Stream-Next-Offset"); rec.Code < 300 && before != "" && moved != "" && moved != before && !timed {
+					key := fmt.Sprintf("%q %q %q", hdr["Producer-Id"], hdr["Producer-Epoch"], hdr["Producer-Seq"])
+					if taken[path][key] {
+						t.Fatalf("%s: the producer append %s moved the tail again (%d, %q → %q)", path, key, rec.Code, before, moved)
+					}
+					if taken[path] == nil {
+						taken[path] = map[string]bool{}
+					}
+					taken[path][key] = true
+				}
 			case 3: // close, with or without a last append
 				if v%2 == 0 {
 					sent = ""
@@ -205,6 +221,9 @@ func FuzzStreamsSequence(f *testing.F) {
 				rec = do(http.MethodGet, path+"?live=long-poll&offset="+url.QueryEscape(value(v))+"&cursor="+url.QueryEscape(value(p)), nil, "")
 			case 11:
 				rec = do(http.MethodGet, path+"?live=sse&offset="+url.QueryEscape(value(v))+"&cursor="+url.QueryEscape(value(p)), nil, "")
+			}
+			if op%12 == 7 && rec.Code < 300 || (op%12 == 0 || op%12 == 4) && rec.Code == http.StatusCreated {
+				delete(taken, path) // a stream made anew: its producers start afresh
 			}
 			next := rec.Header().Get("Stream-Next-Offset")
 			if next == "" {
