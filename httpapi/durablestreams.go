@@ -221,6 +221,10 @@ func sameType(a, b string) bool { return mediaType(a) == mediaType(b) }
 
 func isJSON(ct string) bool { return mediaType(ct) == "application/json" }
 
+// jsonSpace is JSON's white space (RFC 8259): not Unicode's, whose U+00A0 and U+0085 are not
+// JSON and must be refused as such, not taken for an empty body.
+const jsonSpace = " \t\r\n"
+
 // encodeBody turns a request body into the stream's stored form: a byte stream's bytes as they
 // are; the UTF-8 text itself; or for JSON, each message compacted and followed by a comma (an
 // array is flattened one level).
@@ -237,7 +241,7 @@ func encodeBody(ct string, body []byte, put bool) (string, error) {
 		}
 		return string(body), nil
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	if len(bytes.Trim(body, jsonSpace)) == 0 {
 		if put {
 			return "", nil
 		}
@@ -252,7 +256,7 @@ func encodeBody(ct string, body []byte, put bool) (string, error) {
 		return "", errors.New("the body is not one JSON value")
 	}
 	var msgs []json.RawMessage
-	if t := bytes.TrimSpace(v); len(t) > 0 && t[0] == '[' {
+	if t := bytes.Trim(v, jsonSpace); len(t) > 0 && t[0] == '[' {
 		if err := json.Unmarshal(t, &msgs); err != nil {
 			return "", fmt.Errorf("the body is not valid JSON: %w", err)
 		}

@@ -45,4 +45,20 @@ func TestStreamsRefuseWhatTheyCannotHonour(t *testing.T) {
 	require.JSONEq(t, `[{"b":"x"}]`, r.body)
 	r = c.ds("GET", "/v1/stream/j?offset=0000000000000003&live=long-poll", prod, nil, "")
 	require.Equal(t, http.StatusBadRequest, r.status, "live reads too")
+
+	// A JSON create's body of JSON white space makes an empty stream; other white space (here
+	// U+00A0 and U+0085, which Unicode calls space and JSON does not) is not JSON: 400, and
+	// nothing is made, rather than a 201 that dropped the body.
+	require.Equal(t, http.StatusCreated, c.ds("PUT", "/v1/stream/blank", prod, text("application/json"), " \t\r\n").status)
+	require.Equal(t, "[]", c.ds("GET", "/v1/stream/blank", prod, nil, "").body)
+	for name, body := range map[string]string{"nbsp": "\u00a0", "nel": "\u0085", "nbsp-value": "\u00a01"} {
+		r = c.ds("PUT", "/v1/stream/"+name, prod, text("application/json"), body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%q: %s", body, r.body)
+		require.Contains(t, r.body, "not valid JSON")
+		require.Equal(t, http.StatusNotFound, c.ds("HEAD", "/v1/stream/"+name, prod, nil, "").status, "and made nothing")
+		r = c.ds("POST", "/v1/stream/blank", prod, text("application/json"), body)
+		require.Equal(t, http.StatusBadRequest, r.status, "an append of %q: %s", body, r.body)
+		require.Contains(t, r.body, "not valid JSON")
+	}
+	require.Equal(t, "[]", c.ds("GET", "/v1/stream/blank", prod, nil, "").body, "and appended nothing")
 }
