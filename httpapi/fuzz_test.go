@@ -484,9 +484,76 @@ func FuzzAnswerSequence(f *testing.F) {
 			if want := "complete"; !asked && !failed && ans.Status != want {
 				t.Fatalf("sealed %s, want %s", ans.Status, want)
 			}
+			// A reader joining the sealed stream anywhere gets the rest of the text, whole
+			// characters from where it joined, then the end: the join at the view's offset.
+			n := int64(producer.Len16(text))
+			for _, from := range []int64{0, n / 2, n, n + 3} {
+				rec := serveNo5xx(t, h, "GET", fmt.Sprintf("/v1/streams/%s/events?from=%d", id, from), reader, nil, "")
+				if rec.Code != http.StatusOK {
+					t.Fatalf("events from %d answered %d: %s", from, rec.Code, rec.Body.String())
+				}
+				joinedAt(t, rec.Body.String(), text, min(from, n), ans.Status)
+			}
 			return
 		}
 	})
+}
+
+// eventFrame is one event stream frame, as the data of its event.
+type eventFrame struct {
+	Type   string `json:"type"`
+	From   int64  `json:"from"`
+	Seq    int64  `json:"seq"`
+	Text   string `json:"text"`
+	Status string `json:"status"`
+}
+
+// joinedAt checks an event stream of a sealed stream read from from: an open frame at from
+// floored to a character, chunks that follow on one another and spell the text from there, and
+// one end frame, last, at the text's length with status.
+func joinedAt(t *testing.T, body, text string, from int64, status string) {
+	t.Helper()
+	var frames []eventFrame
+	for _, event := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
+		var data []string
+		for _, line := range strings.Split(event, "\n") {
+			if d, ok := strings.CutPrefix(line, "data:"); ok {
+				data = append(data, strings.TrimPrefix(d, " "))
+			}
+		}
+		if len(data) == 0 {
+			continue // retry: or a comment
+		}
+		var f eventFrame
+		if err := json.Unmarshal([]byte(strings.Join(data, "\n")), &f); err != nil {
+			t.Fatalf("an event's data is not a frame: %q: %v", event, err)
+		}
+		frames = append(frames, f)
+	}
+	if len(frames) < 2 || frames[0].Type != "open" || frames[len(frames)-1].Type != "end" {
+		t.Fatalf("from %d: not open, chunks, end: %+v", from, frames)
+	}
+	at := frames[0].From
+	if _, whole := prefix16(text, at); !whole || at > from || at < from-1 {
+		t.Fatalf("from %d: opened at %d, not %d floored to a character", from, at, from)
+	}
+	var got strings.Builder
+	for _, f := range frames[1 : len(frames)-1] {
+		switch {
+		case f.Type == "durable":
+		case f.Type != "chunk":
+			t.Fatalf("from %d: a %s frame before the end: %+v", from, f.Type, frames)
+		case f.From != at || f.Seq != at+int64(producer.Len16(f.Text)):
+			t.Fatalf("from %d: a chunk %d→%d of %d units after %d", from, f.From, f.Seq, producer.Len16(f.Text), at)
+		default:
+			got.WriteString(f.Text)
+			at = f.Seq
+		}
+	}
+	want := producer.Slice16(text, producer.Seq(frames[0].From), producer.Len16(text))
+	if end := frames[len(frames)-1]; got.String() != want || end.Seq != int64(producer.Len16(text)) || end.Status != status {
+		t.Fatalf("from %d: chunks spell %q, ending %d %s; the text from %d is %q, %d units, sealed %s", from, got.String(), end.Seq, end.Status, frames[0].From, want, producer.Len16(text), status)
+	}
 }
 
 // serveNo5xx sends one request with tok and the headers in hdr (an empty value is no header:
