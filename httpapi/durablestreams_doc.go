@@ -82,7 +82,7 @@ func (s *Server) registerStreamsDoc() {
 		Summary: "Read a stream: catch-up, long-poll or SSE",
 		Description: "Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). " +
 			"`live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events " +
-			"(a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.",
+			"(a byte stream's data in base64; in a text stream each CRLF or CR arrives as LF, since SSE cannot carry a CR inside a line) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.",
 		Parameters: []*huma.Param{pathParam,
 			{Name: "offset", In: "query", Description: "Where to read from: an offset this stream (or, up to the fork point, a stream it forked from) handed out, -1, or now.", Schema: strSchema("")},
 			{Name: "live", In: "query", Description: "long-poll or sse.", Schema: &huma.Schema{Type: "string", Enum: []any{"long-poll", "sse"}}},

@@ -275,6 +275,9 @@ func TestStreamsSSE(t *testing.T) {
 	require.Equal(t, "event: data\ndata:line1\ndata:event: control\ndata:data: x", events[0], "every line terminator starts a data line: nothing is injected")
 	require.True(t, bytes.HasPrefix([]byte(events[1]), []byte("event: control\ndata:{")))
 	require.Contains(t, events[1], `"streamClosed":true`)
+	// SSE data cannot hold a CR, so an SSE client reads LF in its place (the README says so); a
+	// catch-up read returns the text as it was appended.
+	require.Equal(t, "line1\r\nevent: control\rdata: x", c.ds("GET", p+"?offset=-1", prod, nil, "").body)
 	require.Equal(t, http.StatusBadRequest, c.ds("GET", p+"?live=sse", prod, nil, "").status, "a live read needs an offset")
 }
 

@@ -886,7 +886,7 @@ type ClientInterface interface {
 
 	// StreamRead Read a stream: catch-up, long-poll or SSE
 	//
-	// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
+	// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64; in a text stream each CRLF or CR arrives as LF, since SSE cannot carry a CR inside a line) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
 	//
 	// Corresponds with GET /v1/stream/{path} (the `StreamRead` operationId).
 	StreamRead(ctx context.Context, path string, params *StreamReadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1083,7 +1083,7 @@ func (c *Client) StreamDelete(ctx context.Context, path string, reqEditors ...Re
 
 // StreamRead Read a stream: catch-up, long-poll or SSE
 //
-// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
+// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64; in a text stream each CRLF or CR arrives as LF, since SSE cannot carry a CR inside a line) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
 //
 // Corresponds with GET /v1/stream/{path} (the `StreamRead` operationId).
 func (c *Client) StreamRead(ctx context.Context, path string, params *StreamReadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2345,7 +2345,7 @@ type ClientWithResponsesInterface interface {
 
 	// StreamReadWithResponse Read a stream: catch-up, long-poll or SSE
 	//
-	// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
+	// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64; in a text stream each CRLF or CR arrives as LF, since SSE cannot carry a CR inside a line) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3897,7 +3897,7 @@ func (c *ClientWithResponses) StreamDeleteWithResponse(ctx context.Context, path
 
 // StreamReadWithResponse Read a stream: catch-up, long-poll or SSE
 //
-// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
+// Reads from `offset` (-1 or absent: the start; `now`: the end). Without `live` the answer is what the stream holds past the offset (a page of at most 1 MiB). `live=long-poll` waits for data (204 with Stream-Up-To-Date when none came before the timeout); `live=sse` streams `data` and `control` events (a byte stream's data in base64; in a text stream each CRLF or CR arrives as LF, since SSE cannot carry a CR inside a line) until the stream closes or the connection's lifetime ends. A text or JSON stream's offsets count UTF-16 units, a byte stream's bytes.
 //
 // Returns a wrapper object for the known response body format(s).
 //
