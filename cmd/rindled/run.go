@@ -385,7 +385,7 @@ func migratedDatabase(ctx context.Context, s *settings, logger *slog.Logger, at 
 		return "", nil, nil, fmt.Errorf("connect to the database (within %s): %w", cfg.ConnectTimeout, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	at("migrating the database (another instance migrating holds the migrations' advisory lock)")
+	at("migrating the database, or waiting for the migrations' advisory lock while another instance migrates")
 	if applied, err = migrations.Migrate(ctx, conn); err != nil {
 		stop()
 		return "", nil, nil, err
