@@ -19,10 +19,11 @@ type startupWatch struct {
 	every  time.Duration
 	began  time.Time
 
-	mu    sync.Mutex
-	step  string
-	since time.Time
-	done  chan struct{}
+	mu     sync.Mutex
+	step   string
+	since  time.Time
+	warned time.Time // the last warning about step
+	done   chan struct{}
 	once  sync.Once
 	took  time.Duration
 }
@@ -38,7 +39,7 @@ func watchStartup(logger *slog.Logger, every time.Duration) *startupWatch {
 func (w *startupWatch) at(step string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.step, w.since = step, time.Now()
+	w.step, w.since, w.warned = step, time.Now(), time.Time{}
 }
 
 // stop ends the watch: start-up finished or failed. It returns how long start-up took, as
@@ -51,8 +52,10 @@ func (w *startupWatch) stop() time.Duration {
 	return w.took
 }
 
+// run looks five times per every, so a step is named within a fifth of every of having waited
+// every, and again each every after.
 func (w *startupWatch) run() {
-	t := time.NewTicker(w.every)
+	t := time.NewTicker(max(w.every/5, time.Microsecond))
 	defer t.Stop()
 	for {
 		select {
@@ -61,8 +64,12 @@ func (w *startupWatch) run() {
 		case now := <-t.C:
 			w.mu.Lock()
 			step, waited := w.step, now.Sub(w.since)
+			due := step != "" && waited >= w.every && now.Sub(w.warned) >= w.every
+			if due {
+				w.warned = now
+			}
 			w.mu.Unlock()
-			if step != "" && waited >= w.every {
+			if due {
 				w.logger.Warn("start-up is still waiting", "step", step, "waited", waited.Round(time.Millisecond),
 					"since_start", now.Sub(w.began).Round(time.Millisecond))
 			}
