@@ -9,9 +9,9 @@ import (
 // defaultSlowStart is how long start-up may wait on one step before it says so in the log.
 const defaultSlowStart = 5 * time.Second
 
-// startupWatch (rindled serve's, and rindled migrate's) names the step start-up is waiting on and, while a step takes longer than
-// every, logs a warning naming it, once per every. A healthy start is silent until "rindled
-// listening"; one that hangs (on the migrations' advisory lock another instance holds, on
+// startupWatch (rindled serve's, and rindled migrate's) names the step start-up is waiting on
+// and, once a step has waited every, logs a warning naming it, then again each every while it
+// waits. A healthy start is silent until "rindled listening"; one that hangs (on the migrations' advisory lock another instance holds, on
 // creating the replication slot while long transactions run, on an unreachable broker) says
 // where, instead of nothing until a health check gives up.
 type startupWatch struct {
@@ -24,8 +24,8 @@ type startupWatch struct {
 	since  time.Time
 	warned time.Time // the last warning about step
 	done   chan struct{}
-	once  sync.Once
-	took  time.Duration
+	once   sync.Once
+	took   time.Duration
 }
 
 func watchStartup(logger *slog.Logger, every time.Duration) *startupWatch {
