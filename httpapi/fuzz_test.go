@@ -499,21 +499,12 @@ func FuzzAnswerSequence(f *testing.F) {
 	})
 }
 
-// eventFrame is one event stream frame, as the data of its event.
-type eventFrame struct {
-	Type   string `json:"type"`
-	From   int64  `json:"from"`
-	Seq    int64  `json:"seq"`
-	Text   string `json:"text"`
-	Status string `json:"status"`
-}
-
 // joinedAt checks an event stream of a sealed stream read from from: an open frame at from
 // floored to a character, chunks that follow on one another and spell the text from there, and
 // one end frame, last, at the text's length with status.
 func joinedAt(t *testing.T, body, text string, from int64, status string) {
 	t.Helper()
-	var frames []eventFrame
+	var frames []producer.Frame
 	for _, event := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
 		var data []string
 		for _, line := range strings.Split(event, "\n") {
@@ -524,34 +515,34 @@ func joinedAt(t *testing.T, body, text string, from int64, status string) {
 		if len(data) == 0 {
 			continue // retry: or a comment
 		}
-		var f eventFrame
+		var f producer.Frame // its own decoding, which refuses a malformed frame
 		if err := json.Unmarshal([]byte(strings.Join(data, "\n")), &f); err != nil {
 			t.Fatalf("an event's data is not a frame: %q: %v", event, err)
 		}
 		frames = append(frames, f)
 	}
-	if len(frames) < 2 || frames[0].Type != "open" || frames[len(frames)-1].Type != "end" {
+	if len(frames) < 2 || frames[0].Type != producer.FrameOpen || frames[len(frames)-1].Type != producer.FrameEnd {
 		t.Fatalf("from %d: not open, chunks, end: %+v", from, frames)
 	}
 	at := frames[0].From
-	if _, whole := prefix16(text, at); !whole || at > from || at < from-1 {
+	if _, whole := prefix16(text, int64(at)); !whole || int64(at) > from || int64(at) < from-1 {
 		t.Fatalf("from %d: opened at %d, not %d floored to a character", from, at, from)
 	}
 	var got strings.Builder
 	for _, f := range frames[1 : len(frames)-1] {
 		switch {
-		case f.Type == "durable":
-		case f.Type != "chunk":
+		case f.Type == producer.FrameDurable:
+		case f.Type != producer.FrameChunk:
 			t.Fatalf("from %d: a %s frame before the end: %+v", from, f.Type, frames)
-		case f.From != at || f.Seq != at+int64(producer.Len16(f.Text)):
+		case f.From != at || f.Seq != at+producer.Len16(f.Text):
 			t.Fatalf("from %d: a chunk %d→%d of %d units after %d", from, f.From, f.Seq, producer.Len16(f.Text), at)
 		default:
 			got.WriteString(f.Text)
 			at = f.Seq
 		}
 	}
-	want := producer.Slice16(text, producer.Seq(frames[0].From), producer.Len16(text))
-	if end := frames[len(frames)-1]; got.String() != want || end.Seq != int64(producer.Len16(text)) || end.Status != status {
+	want := producer.Slice16(text, frames[0].From, producer.Len16(text))
+	if end := frames[len(frames)-1]; got.String() != want || end.Seq != producer.Len16(text) || string(end.Status) != status {
 		t.Fatalf("from %d: chunks spell %q, ending %d %s; the text from %d is %q, %d units, sealed %s", from, got.String(), end.Seq, end.Status, frames[0].From, want, producer.Len16(text), status)
 	}
 }

@@ -11,9 +11,10 @@ const defaultSlowStart = 5 * time.Second
 
 // startupWatch (rindled serve's, and rindled migrate's) names the step start-up is waiting on
 // and, once a step has waited every, logs a warning naming it, then again each every while it
-// waits. A healthy start is silent until "rindled listening"; one that hangs (on the migrations' advisory lock another instance holds, on
-// creating the replication slot while long transactions run, on an unreachable broker) says
-// where, instead of nothing until a health check gives up.
+// waits. A healthy start is silent until "rindled listening"; one that hangs (on the
+// migrations' advisory lock another instance holds, on creating the replication slot while
+// long transactions run, on an unreachable broker) says where, instead of nothing until a
+// health check gives up.
 type startupWatch struct {
 	logger *slog.Logger
 	every  time.Duration
