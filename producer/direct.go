@@ -163,7 +163,10 @@ func (d *DirectWriter) start(conn net.Conn, sub *Subscription, pos Seq, head []b
 	_ = conn.SetDeadline(time.Time{})
 	sh := d.shards[d.shardOf(int(d.next.Add(1)))]
 	// The reader starts owned by its shard's writer, which writes the head and what is queued.
-	r := &directReader{d: d, shard: sh, conn: conn, raw: raw, sub: sub, mu: &sub.sub.mu, pos: pos, done: done, owner: ownerWriter, rest: head}
+	r := &directReader{d: d, shard: sh, conn: conn, raw: raw, sub: sub, s: sub.sub, mu: &sub.sub.mu, pos: pos, done: done, rest: head}
+	sub.sub.mu.Lock()
+	sub.sub.owner = ownerWriter
+	sub.sub.mu.Unlock()
 	if raw != nil {
 		r.nb.init(raw)
 	}
@@ -213,34 +216,34 @@ const (
 )
 
 type directReader struct {
+	// Set at start, then only read: this line is shared by every core without being passed.
 	d     *DirectWriter
 	shard *directShard
-	conn  net.Conn
-	raw   syscall.RawConn
-	nb    nonblockingWriter // writes raw's socket without blocking (the owner's)
-	sub   *Subscription
-	pos   Seq
-	done  func(error)
+	// s is the subscription's queue. Its first cache line also holds this reader's ownership
+	// (owner, pending, finished) and its link on the dirty list (nextDirty), guarded by its
+	// lock (mu) as the queue is: the producer, which holds that lock when it calls ready, and
+	// the writer pass that one line between them per frame.
+	s    *subscriber
+	mu   *sync.Mutex // &s.mu
+	sub  *Subscription
+	conn net.Conn
+	raw  syscall.RawConn
+	done func(error)
+
 	token uint32 // the hang-up watch's key (0: not watched there)
 
-	// Guarded by the subscription's queue lock (mu), which the producer holds when it calls
-	// ready: one lock, and one cache line passed between the producer's core and a writer's,
-	// serves a frame's handoff, its poll and the owner's release.
-	mu       *sync.Mutex
-	owner    int
-	pending  bool // a frame came while someone owned the reader: the owner goes around again
-	finished bool
-	gone     error  // the client hung up while someone owned the reader: the owner ends it
+	nb  nonblockingWriter // writes raw's socket without blocking (the owner's)
+	pos Seq               // the end of the text the reader has been sent (the owner's)
+
+	gone     error  // the client hung up while someone owned the reader: the owner ends it (under mu)
 	rest     []byte // what the last write left unwritten: the owner writes it first (owner only)
 	restEnds bool   // rest ends with the terminal frame (owner only)
 
-	// over mirrors finished || gone != nil (set under mu, with them): an owner's check between
-	// writes reads it without the lock.
+	// over mirrors s.finished || gone != nil (set under mu, with them): an owner's check
+	// between writes reads it without the lock.
 	over atomic.Bool
 
 	lastWrite atomic.Int64 // unix nanoseconds
-
-	nextDirty *directReader // the next (older) reader on the shard's dirty list
 }
 
 func (r *directReader) touch() { r.lastWrite.Store(time.Now().UnixNano()) }
@@ -248,11 +251,11 @@ func (r *directReader) touch() { r.lastWrite.Store(time.Now().UnixNano()) }
 // ready is the subscription's hook for a frame queued on an empty queue (called with the
 // stream's lock and r.mu, the subscriber's, held: it only takes the shard's list lock).
 func (r *directReader) ready() {
-	if r.finished || r.owner != ownerNone {
-		r.pending = true
+	if r.s.finished || r.s.owner != ownerNone {
+		r.s.pending = true
 		return
 	}
-	r.owner = ownerWriter
+	r.s.owner = ownerWriter
 	r.shard.push(r)
 }
 
@@ -260,13 +263,13 @@ func (r *directReader) ready() {
 // again and release reports false). A reader whose client hung up meanwhile ends here.
 func (r *directReader) release() bool {
 	r.mu.Lock()
-	if r.pending && !r.finished && r.gone == nil {
-		r.pending = false
+	if r.s.pending && !r.s.finished && r.gone == nil {
+		r.s.pending = false
 		r.mu.Unlock()
 		return false
 	}
-	r.pending = false
-	r.owner = ownerNone
+	r.s.pending = false
+	r.s.owner = ownerNone
 	gone := r.gone
 	r.mu.Unlock()
 	if gone != nil {
@@ -281,7 +284,7 @@ func (r *directReader) isFinished() bool {
 		return false
 	}
 	r.mu.Lock()
-	finished, gone := r.finished, r.gone
+	finished, gone := r.s.finished, r.gone
 	r.mu.Unlock()
 	if !finished && gone != nil {
 		r.finish(gone)
@@ -295,11 +298,11 @@ func (r *directReader) isFinished() bool {
 // read and then hang up) ends it with nil, as it should, not with the hang-up.
 func (r *directReader) hangUp(err error) {
 	r.mu.Lock()
-	if r.finished {
+	if r.s.finished {
 		r.mu.Unlock()
 		return
 	}
-	if r.owner != ownerNone {
+	if r.s.owner != ownerNone {
 		r.gone = err
 		r.over.Store(true)
 		r.mu.Unlock()
@@ -314,11 +317,11 @@ func (r *directReader) hangUp(err error) {
 // fails its next write and lets go; the subscription detaches; done runs. Idempotent.
 func (r *directReader) finish(err error) {
 	r.mu.Lock()
-	if r.finished {
+	if r.s.finished {
 		r.mu.Unlock()
 		return
 	}
-	r.finished = true
+	r.s.finished = true
 	r.over.Store(true)
 	r.mu.Unlock()
 	r.d.hangups.forget(r)
@@ -338,7 +341,7 @@ func (r *directReader) finish(err error) {
 func (r *directReader) toSlow() {
 	r.d.handoff.Add(1)
 	r.mu.Lock()
-	r.owner = ownerSlow
+	r.s.owner = ownerSlow
 	r.mu.Unlock()
 	go r.slow()
 }
@@ -369,7 +372,7 @@ func (r *directReader) slow() {
 // frames takes no other lock), so a reader's turn locks its queue once, not once per frame plus
 // the poll that finds it empty.
 func (r *directReader) gather(buf []byte) (out []byte, ended, drained bool) {
-	s := r.sub.sub
+	s := r.s
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for len(buf) < maxSSEBatch {
@@ -528,7 +531,7 @@ type directShard struct {
 func (sh *directShard) push(r *directReader) {
 	for {
 		head := sh.dirty.Load()
-		r.nextDirty = head
+		r.s.nextDirty = head
 		if sh.dirty.CompareAndSwap(head, r) {
 			if head == nil { // the list was empty: the writer may be waiting
 				select {
@@ -545,8 +548,8 @@ func (sh *directShard) push(r *directReader) {
 func (sh *directShard) take() []*directReader {
 	batch := sh.batch[:0]
 	for r := sh.dirty.Swap(nil); r != nil; {
-		next := r.nextDirty
-		r.nextDirty = nil
+		next := r.s.nextDirty
+		r.s.nextDirty = nil
 		batch = append(batch, r)
 		r = next
 	}
@@ -603,9 +606,9 @@ func (sh *directShard) keepAlive(buf []byte) []byte {
 	sh.mu.Unlock()
 	for _, r := range idle {
 		r.mu.Lock()
-		mine := !r.finished && r.owner == ownerNone
+		mine := !r.s.finished && r.s.owner == ownerNone
 		if mine {
-			r.owner = ownerWriter
+			r.s.owner = ownerWriter
 		}
 		r.mu.Unlock()
 		if mine {

@@ -15,11 +15,26 @@ import (
 // Lock order: a LiveStream's mutex may be held while calling offer or finish, never the reverse;
 // close releases the subscriber's own mutex before it calls detach.
 type subscriber struct {
-	mu     sync.Mutex
-	queue  []*queued
-	head   int
+	// The first cache line is what the producer and a DirectWriter's writer both touch for each
+	// frame, on two cores: the lock, the queue, and the direct reader's ownership (guarded by
+	// mu). Keeping them on one line passes one line between the cores per reader-frame, not
+	// three (BenchmarkFanoutDirect).
+	mu sync.Mutex
+	// one is the frame offered to an empty queue (it is then the only one queued): a reader
+	// that keeps up takes each frame from here, on the lock's line, not from the queue's
+	// array, which would be another line passed between the cores.
+	one    *queued
+	queue  []*queued // the frames behind one, or, once one is taken, the rest
+	head   int32
 	done   bool // no more frames will be queued: a terminal is queued, or the reader closed
 	closed bool // the reader let go; Next returns io.EOF
+	// A DirectWriter's reader's state (see directReader), guarded by mu like the queue:
+	owner     uint8         // who writes its socket: ownerNone, ownerWriter or ownerSlow
+	pending   bool          // a frame came while it was owned: the owner goes around again
+	finished  bool          // the direct reader ended (its done ran or is running)
+	nextDirty *directReader // the next (older) reader on its writer's dirty list (ends the line)
+
+	// Read-mostly: set before frames flow.
 	cap    int
 	notify chan struct{} // one token: "the queue changed"
 	detach func(*subscriber)
@@ -28,6 +43,7 @@ type subscriber struct {
 	// producer queues): a DirectWriter's hook, which polls instead of a goroutine waiting on
 	// notify.
 	ready func()
+	_     [128 - 104]byte // 128 bytes: the allocator's 128-byte class keeps the first line whole
 }
 
 // queued is a frame and, for a live frame, its SSE encoding, made once for every reader. A live
@@ -68,16 +84,21 @@ func (s *subscriber) offer(q *queued) bool {
 	if s.done {
 		return true
 	}
-	if len(s.queue)-s.head >= s.cap {
+	n := len(s.queue) - int(s.head)
+	if s.one != nil {
+		n++
+	}
+	if n >= s.cap {
 		return false
 	}
 	// Only the first frame of an empty queue needs the token: a reader waits only after a poll
 	// found the queue empty, and frames behind the first are taken by the polls that follow it.
-	empty := len(s.queue) == s.head
-	s.queue = append(s.queue, q)
-	if empty {
+	if n == 0 {
+		s.one = q
 		s.wake()
+		return true
 	}
+	s.queue = append(s.queue, q)
 	return true
 }
 
@@ -106,11 +127,15 @@ func (s *subscriber) pollLocked() (q *queued, end bool) {
 	if s.closed {
 		return nil, true
 	}
-	if s.head < len(s.queue) {
+	if q = s.one; q != nil {
+		s.one = nil
+		return q, false
+	}
+	if int(s.head) < len(s.queue) {
 		q = s.queue[s.head]
 		s.queue[s.head] = nil
 		s.head++
-		if s.head == len(s.queue) {
+		if int(s.head) == len(s.queue) {
 			// Reuse the backing array: a steady reader queues and pulls without allocating.
 			s.queue = s.queue[:0]
 			s.head = 0
@@ -126,6 +151,7 @@ func (s *subscriber) close() {
 	already := s.closed
 	s.closed = true
 	s.done = true
+	s.one = nil
 	s.queue = nil
 	s.head = 0
 	s.wake()
