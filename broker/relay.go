@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,10 +18,11 @@ import (
 // The relay carries the frames an instance's producers fan out to readers on other instances,
 // on the same NATS server as the CDC stream: a memory-backed JetStream stream with one subject
 // per live stream, kept DefaultLiveRetention. Publishing is a core NATS publish, which the
-// stream captures: it never blocks. Attaching yields that subject's open frame, then its frames
-// from the chunk that holds the join offset (found by a search over the stream's sequence
-// numbers, galloping back from the last frame: a joiner near the end of a long answer costs a
-// few lookups, not a replay of the answer) through an ordered consumer, and follows it live.
+// stream captures: it never blocks. Attaching yields that subject's frames from the chunk that
+// holds the join offset (found by a search over the stream's sequence numbers, galloping back
+// from the last frame: a joiner near the end of a long answer costs a few lookups, not a replay
+// of the answer; the open comes first when no chunk holds the offset yet) through an ordered
+// consumer, and follows it live.
 // The plane's conform pass trims what the reader already holds and turns a gap (frames aged
 // out, a broker restart) into stale, after which the reader reads the durable plane. So a
 // broker outage costs smoothness, never correctness.
@@ -68,12 +70,17 @@ func newRelay(ctx context.Context, cfg Config) (*producer.Relay, func() error, e
 type relay struct {
 	nc *nats.Conn
 	js jetstream.JetStream
+	// stream is the live stream's handle from the last provision: an attach looks frames up
+	// through it without asking the server for the stream's info first.
+	stream atomic.Pointer[jetstream.Stream]
 }
 
 func (r *relay) provision(ctx context.Context) error {
-	if _, err := r.js.CreateOrUpdateStream(ctx, liveStreamConfig()); err != nil {
+	stream, err := r.js.CreateOrUpdateStream(ctx, liveStreamConfig())
+	if err != nil {
 		return fmt.Errorf("broker: provision the live stream: %w", err)
 	}
+	r.stream.Store(&stream)
 	return nil
 }
 
@@ -84,24 +91,22 @@ func (r *relay) publish(streamID string, f producer.Frame) error {
 // attach follows streamID's frames if some instance has published any; nil (absent) otherwise.
 func (r *relay) attach(ctx context.Context, streamID string, from producer.Seq) (producer.FrameSource, error) {
 	subject := liveSubject(streamID)
-	stream, err := r.js.Stream(ctx, DefaultLiveStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		// The broker restarted and lost the memory stream: nothing to relay; provide for next time.
-		return nil, r.provision(ctx)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("broker: relay lookup: %w", err)
-	}
+	stream := *r.stream.Load()
 	last, err := stream.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return nil, nil
-	} else if err != nil {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		// The broker lost the memory stream (a restart, or someone deleted it): nothing to
+		// relay; provide for next time.
+		return nil, r.provision(ctx)
+	case err != nil:
 		return nil, fmt.Errorf("broker: relay lookup: %w", err)
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
 	var head []producer.Frame
 	if from > 0 {
-		open, start, err := seek(ctx, stream, subject, from, last.Sequence)
+		open, start, err := seek(ctx, stream, subject, from, last)
 		if err != nil {
 			return nil, fmt.Errorf("broker: relay seek: %w", err)
 		}
@@ -123,54 +128,85 @@ func (r *relay) attach(ctx context.Context, streamID string, from producer.Seq) 
 	return &source{it: it, head: head}, nil
 }
 
-// seek finds where a reader joining at from starts: the stream sequence of the last chunk that
-// begins at or before from (its earlier chunks the reader holds), and the subject's open frame,
-// which a source yields first so the join is answered at once, not at the next delta. A start
-// of 0 means from the first frame: no chunk begins at or before from (frames aged out, or the
-// answer is that short), and the conform pass sorts it out as it does a whole replay.
+// seek finds where a reader joining at from starts: the stream sequence of the chunk that holds
+// from, or failing that of the last chunk that begins at or before it (its earlier chunks the
+// reader holds), and in that second case the subject's open frame, which a source yields first
+// so the join is answered at once, not at the next delta. A start of 0 means from the first frame: no chunk
+// begins at or before from (frames aged out, or the answer is that short), and the conform pass
+// sorts it out as it does a whole replay. last is the subject's last message, already fetched.
 //
 // The chunks' offsets grow with the stream sequence, so the search gallops back from the last
-// frame and then bisects: O(log d) lookups for a joiner d frames from the end.
-func seek(ctx context.Context, stream jetstream.Stream, subject string, from producer.Seq, last uint64) (*producer.Frame, uint64, error) {
-	// chunkAt is the first chunk on subject at or after sequence seq (up to last): its sequence
-	// and offset; 0 when none.
-	chunkAt := func(seq uint64) (uint64, producer.Seq, error) {
-		for seq <= last {
-			m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return 0, 0, nil
-			}
-			if err != nil {
-				return 0, 0, err
-			}
-			if m.Sequence > last {
-				return 0, 0, nil
-			}
-			var f producer.Frame
-			if err := json.Unmarshal(m.Data, &f); err != nil {
-				return 0, 0, fmt.Errorf("frame %d: %w", m.Sequence, err)
-			}
-			if f.Type == producer.FrameChunk {
-				return m.Sequence, f.From, nil
-			}
-			seq = m.Sequence + 1
-		}
-		return 0, 0, nil
+// frame and then bisects: O(log d) lookups for a joiner d frames from the end. Every lookup is a
+// message from the server, so none is made twice (each answer is kept by the sequence asked
+// for), the last message is not asked for again, and the search stops at a chunk that holds
+// from: a joiner near the end of an answer costs a few messages beside the frames it needs.
+func seek(ctx context.Context, stream jetstream.Stream, subject string, from producer.Seq, last *jetstream.RawStreamMsg) (*producer.Frame, uint64, error) {
+	type found struct {
+		seq uint64 // 0: no message on subject at or after the sequence asked for (up to last)
+		f   producer.Frame
 	}
+	decode := func(m *jetstream.RawStreamMsg) (found, error) {
+		var f producer.Frame
+		if err := json.Unmarshal(m.Data, &f); err != nil {
+			return found{}, fmt.Errorf("frame %d: %w", m.Sequence, err)
+		}
+		return found{m.Sequence, f}, nil
+	}
+	lastFound, err := decode(last)
+	if err != nil {
+		return nil, 0, err
+	}
+	asked := map[uint64]found{last.Sequence: lastFound}
+	// next is the first message on subject at or after sequence seq (up to last).
+	next := func(seq uint64) (found, error) {
+		if got, ok := asked[seq]; ok {
+			return got, nil
+		}
+		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		var got found
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return found{}, err
+		case m.Sequence <= last.Sequence:
+			if got, err = decode(m); err != nil {
+				return found{}, err
+			}
+		}
+		asked[seq] = got
+		if got.seq != 0 {
+			asked[got.seq] = got // the first message at or after its own sequence is itself
+		}
+		return got, nil
+	}
+	// chunkAt is the first chunk on subject at or after sequence seq (up to last); seq 0 when
+	// none.
+	chunkAt := func(seq uint64) (found, error) {
+		for seq <= last.Sequence {
+			got, err := next(seq)
+			if err != nil || got.seq == 0 || got.f.Type == producer.FrameChunk {
+				return got, err
+			}
+			seq = got.seq + 1
+		}
+		return found{}, nil
+	}
+	holds := func(c found) bool { return c.seq != 0 && c.f.From <= from }
 	// Gallop: lo is a sequence whose next chunk begins at or before from, hi one whose does not.
-	var lo, loSeq uint64
-	hi := last + 1
+	var lo uint64
+	var loChunk found
+	hi := last.Sequence + 1
 	for step := uint64(1); ; step *= 2 {
 		probe := uint64(1)
-		if last > step {
-			probe = last - step + 1
+		if last.Sequence > step {
+			probe = last.Sequence - step + 1
 		}
-		seq, at, err := chunkAt(probe)
+		c, err := chunkAt(probe)
 		if err != nil {
 			return nil, 0, err
 		}
-		if seq != 0 && at <= from {
-			lo, loSeq = probe, seq
+		if holds(c) {
+			lo, loChunk = probe, c
 			break
 		}
 		hi = probe
@@ -178,31 +214,36 @@ func seek(ctx context.Context, stream jetstream.Stream, subject string, from pro
 			return nil, 0, nil // no chunk begins at or before from
 		}
 	}
-	// Bisect (lo, hi): the last probe whose next chunk still begins at or before from.
-	for hi-lo > 1 {
+	// Bisect (lo, hi) for the last chunk that begins at or before from, unless the one found
+	// already holds from (no later chunk can begin at or before it).
+	for hi-lo > 1 && loChunk.f.Seq <= from {
 		mid := lo + (hi-lo)/2
-		seq, at, err := chunkAt(mid)
+		c, err := chunkAt(mid)
 		if err != nil {
 			return nil, 0, err
 		}
-		if seq != 0 && at <= from {
-			lo, loSeq = mid, seq
+		if holds(c) {
+			lo, loChunk = mid, c
 		} else {
 			hi = mid
 		}
 	}
-	first, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if loChunk.f.Seq > from {
+		// The chunk holds from, so the reader's conform pass opens it at from on that chunk, the
+		// consumer's first message: fetching the open too would add a message and say nothing
+		// more (its offsets are the stream's start; the reader holds [0, from)).
+		return nil, loChunk.seq, nil
+	}
+	// The reader holds every chunk begun at or before from: what follows may be the next delta,
+	// so the open is yielded first and the join is answered now.
+	first, err := next(1)
 	if err != nil {
 		return nil, 0, err
 	}
-	var open producer.Frame
-	if err := json.Unmarshal(first.Data, &open); err != nil {
-		return nil, 0, fmt.Errorf("frame %d: %w", first.Sequence, err)
+	if first.seq == 0 || first.f.Type != producer.FrameOpen || first.seq >= loChunk.seq {
+		return nil, loChunk.seq, nil // the open aged out: the conform pass opens at the first chunk
 	}
-	if open.Type != producer.FrameOpen || first.Sequence >= loSeq {
-		return nil, loSeq, nil // the open aged out: the conform pass opens at the first chunk
-	}
-	return &open, loSeq, nil
+	return &first.f, loChunk.seq, nil
 }
 
 type source struct {
