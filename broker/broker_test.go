@@ -125,7 +125,10 @@ func TestRelayReplaysAStreamsFramesToAnotherInstanceAndFollowsIt(t *testing.T) {
 	defer src.Close()
 	f, err := src.Next(ctx)
 	require.NoError(t, err)
-	require.Equal(t, chunk(0, "héllo "), f, "from the first frame: the conform pass trims")
+	require.Equal(t, producer.Frame{Type: producer.FrameOpen, StreamID: id, From: 3, Seq: 3}, f, "an open at the join offset first")
+	f, err = src.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, chunk(0, "héllo "), f, "then the chunk that holds it: the conform pass trims")
 	f, err = src.Next(ctx)
 	require.NoError(t, err)
 	require.Equal(t, producer.FrameDurable, f.Type)
@@ -298,9 +301,9 @@ func TestRelayPassesTheRelaySuite(t *testing.T) {
 // TestRelayJoinNearTheEndPullsWhatTheJoinerNeeds: a reader joining a long answer near its end
 // pulls a few lookups and the frames from its join point from NATS, not the whole answer (it
 // pulled every frame, 100,013 messages for a 10-unit join, before the relay sought; then 15
-// messages for 5 frames needed, before the seek reused what it had fetched). The count is what
-// the server sent the joining instance's relay connection, replies included, and it may be at
-// most twice the frames the joiner needs.
+// messages for 5 frames needed, before the seek kept what it had fetched and the open was made,
+// not fetched). The count is what the server sent the joining instance's relay connection,
+// replies included, and it may be at most twice the frames the joiner needs.
 func TestRelayJoinNearTheEndPullsWhatTheJoinerNeeds(t *testing.T) {
 	ns := natstest.Start(t)
 	a, b := open(t, ns.URL(), "a"), open(t, ns.URL(), "b")
@@ -342,8 +345,14 @@ func TestRelayJoinNearTheEndPullsWhatTheJoinerNeeds(t *testing.T) {
 		before := ns.OutMsgs("b relay")
 		src, err := b.Relay.Attach(ctx, id, from)
 		require.NoError(t, err)
-		var got []producer.Frame
-		for len(got) == 0 || !got[len(got)-1].Terminal() {
+		// The first frame is in hand at once: a join waits for it, and it must not wait on the
+		// broker (which may go away right after the attach). A context already ended shows it.
+		ended, end := context.WithCancel(ctx)
+		end()
+		first, err := src.Next(ended)
+		require.NoError(t, err, "the first frame needs no message from the broker")
+		got := []producer.Frame{first}
+		for !got[len(got)-1].Terminal() {
 			f, err := src.Next(ctx)
 			require.NoError(t, err)
 			got = append(got, f)
@@ -362,13 +371,16 @@ func TestRelayJoinNearTheEndPullsWhatTheJoinerNeeds(t *testing.T) {
 		}
 		t.Logf("join %d units from the end of %d frames: %d frames yielded, %d needed, %d messages pulled from NATS",
 			back, len(frames), len(got), need, pulled)
-		// Beyond those, the source may yield the open, and when joined at the very end also the
-		// last chunk, which the reader holds (the conform pass trims it).
-		extra := 1
+		// The source yields those (the open made at from), and when joined at the very end also
+		// the last chunk and the durable frame at from, which the reader holds (the conform pass
+		// trims the chunk).
+		extra := 0
 		if back == 0 {
-			extra = 2
+			extra = 2 // and the durable frame at from
 		}
-		require.LessOrEqual(t, len(got), need+extra)
+		require.Len(t, got, need+extra)
+		require.Equal(t, producer.Frame{Type: producer.FrameOpen, StreamID: id, From: from, Seq: from}, got[0],
+			"the open at the join offset comes first, before any message from the consumer")
 
 		// What the reader gets: the frames through the plane's conform pass, which opens the
 		// reader at from (on the open, when the source yields it first, or on the first frame)
@@ -394,16 +406,14 @@ func TestRelayJoinNearTheEndPullsWhatTheJoinerNeeds(t *testing.T) {
 		require.Equal(t, producer.FrameEnd, read[len(read)-1].Type)
 		require.Len(t, text.String(), int(back))
 
+		c := got[1]
+		require.Equal(t, producer.FrameChunk, c.Type, "then the consumer's first message is a chunk")
+		require.LessOrEqual(t, c.From, from)
 		if back == 0 {
-			// Joined at the very end, the reader holds every chunk: the open comes first, so the
-			// join is answered before the next delta (here there is none).
-			require.Equal(t, producer.FrameOpen, got[0].Type, "the source yields the open first")
+			require.Equal(t, from, c.Seq, "joined at the very end: the last chunk, which the reader holds")
 			continue
 		}
-		c := got[0]
-		require.Equal(t, producer.FrameChunk, c.Type, "the source starts at the chunk that holds the join point")
-		require.LessOrEqual(t, c.From, from)
-		require.Greater(t, c.Seq, from)
+		require.Greater(t, c.Seq, from, "the chunk that holds the join point")
 		// The bar: no more than twice the frames the joiner needs, lookups included.
 		require.LessOrEqual(t, pulled, int64(2*need), "messages pulled, lookups included, for %d frames needed", need)
 	}

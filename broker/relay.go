@@ -18,11 +18,10 @@ import (
 // The relay carries the frames an instance's producers fan out to readers on other instances,
 // on the same NATS server as the CDC stream: a memory-backed JetStream stream with one subject
 // per live stream, kept DefaultLiveRetention. Publishing is a core NATS publish, which the
-// stream captures: it never blocks. Attaching yields that subject's frames from the chunk that
-// holds the join offset (found by a search over the stream's sequence numbers, galloping back
-// from the last frame: a joiner near the end of a long answer costs a few lookups, not a replay
-// of the answer; the open comes first when no chunk holds the offset yet) through an ordered
-// consumer, and follows it live.
+// stream captures: it never blocks. Attaching yields an open at the join offset, then that
+// subject's frames from the chunk that holds it (found by a search over the stream's sequence
+// numbers, galloping back from the last frame: a joiner near the end of a long answer costs a
+// few lookups, not a replay of the answer) through an ordered consumer, and follows it live.
 // The plane's conform pass trims what the reader already holds and turns a gap (frames aged
 // out, a broker restart) into stale, after which the reader reads the durable plane. So a
 // broker outage costs smoothness, never correctness.
@@ -106,14 +105,18 @@ func (r *relay) attach(ctx context.Context, streamID string, from producer.Seq) 
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
 	var head []producer.Frame
 	if from > 0 {
-		open, start, err := seek(ctx, stream, subject, from, last)
+		start, err := seek(ctx, stream, subject, from, last)
 		if err != nil {
 			return nil, fmt.Errorf("broker: relay seek: %w", err)
 		}
 		if start > 0 {
-			if open != nil {
-				head = []producer.Frame{*open}
-			}
+			// The reader is opened at from at once, before the consumer's first message: a join
+			// waits for its first frame, and a broker that went away now would hold it there.
+			// This is the open the subject's first frame conforms to for a reader holding
+			// [0, from) (its own offsets are the stream's start, and it may have aged out), made
+			// here rather than fetched. (From 0, the consumer's first message is the subject's
+			// own open.)
+			head = []producer.Frame{{Type: producer.FrameOpen, StreamID: streamID, From: from, Seq: from}}
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 		}
 	}
@@ -130,17 +133,16 @@ func (r *relay) attach(ctx context.Context, streamID string, from producer.Seq) 
 
 // seek finds where a reader joining at from starts: the stream sequence of the chunk that holds
 // from, or failing that of the last chunk that begins at or before it (its earlier chunks the
-// reader holds), and in that second case the subject's open frame, which a source yields first
-// so the join is answered at once, not at the next delta. A start of 0 means from the first frame: no chunk
-// begins at or before from (frames aged out, or the answer is that short), and the conform pass
-// sorts it out as it does a whole replay. last is the subject's last message, already fetched.
+// reader holds). A start of 0 means from the first frame: no chunk begins at or before from
+// (frames aged out, or the answer is that short), and the conform pass sorts it out as it does
+// a whole replay. last is the subject's last message, already fetched.
 //
 // The chunks' offsets grow with the stream sequence, so the search gallops back from the last
 // frame and then bisects: O(log d) lookups for a joiner d frames from the end. Every lookup is a
 // message from the server, so none is made twice (each answer is kept by the sequence asked
 // for), the last message is not asked for again, and the search stops at a chunk that holds
 // from: a joiner near the end of an answer costs a few messages beside the frames it needs.
-func seek(ctx context.Context, stream jetstream.Stream, subject string, from producer.Seq, last *jetstream.RawStreamMsg) (*producer.Frame, uint64, error) {
+func seek(ctx context.Context, stream jetstream.Stream, subject string, from producer.Seq, last *jetstream.RawStreamMsg) (uint64, error) {
 	type found struct {
 		seq uint64 // 0: no message on subject at or after the sequence asked for (up to last)
 		f   producer.Frame
@@ -154,7 +156,7 @@ func seek(ctx context.Context, stream jetstream.Stream, subject string, from pro
 	}
 	lastFound, err := decode(last)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	asked := map[uint64]found{last.Sequence: lastFound}
 	// next is the first message on subject at or after sequence seq (up to last).
@@ -191,7 +193,7 @@ func seek(ctx context.Context, stream jetstream.Stream, subject string, from pro
 		}
 		return found{}, nil
 	}
-	holds := func(c found) bool { return c.seq != 0 && c.f.From <= from }
+	begun := func(c found) bool { return c.seq != 0 && c.f.From <= from } // a chunk begun by from
 	// Gallop: lo is a sequence whose next chunk begins at or before from, hi one whose does not.
 	var lo uint64
 	var loChunk found
@@ -203,15 +205,15 @@ func seek(ctx context.Context, stream jetstream.Stream, subject string, from pro
 		}
 		c, err := chunkAt(probe)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
-		if holds(c) {
+		if begun(c) {
 			lo, loChunk = probe, c
 			break
 		}
 		hi = probe
 		if probe == 1 {
-			return nil, 0, nil // no chunk begins at or before from
+			return 0, nil // no chunk begins at or before from
 		}
 	}
 	// Bisect (lo, hi) for the last chunk that begins at or before from, unless the one found
@@ -220,30 +222,15 @@ func seek(ctx context.Context, stream jetstream.Stream, subject string, from pro
 		mid := lo + (hi-lo)/2
 		c, err := chunkAt(mid)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
-		if holds(c) {
+		if begun(c) {
 			lo, loChunk = mid, c
 		} else {
 			hi = mid
 		}
 	}
-	if loChunk.f.Seq > from {
-		// The chunk holds from, so the reader's conform pass opens it at from on that chunk, the
-		// consumer's first message: fetching the open too would add a message and say nothing
-		// more (its offsets are the stream's start; the reader holds [0, from)).
-		return nil, loChunk.seq, nil
-	}
-	// The reader holds every chunk begun at or before from: what follows may be the next delta,
-	// so the open is yielded first and the join is answered now.
-	first, err := next(1)
-	if err != nil {
-		return nil, 0, err
-	}
-	if first.seq == 0 || first.f.Type != producer.FrameOpen || first.seq >= loChunk.seq {
-		return nil, loChunk.seq, nil // the open aged out: the conform pass opens at the first chunk
-	}
-	return &first.f, loChunk.seq, nil
+	return loChunk.seq, nil
 }
 
 type source struct {
