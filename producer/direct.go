@@ -216,7 +216,7 @@ const (
 )
 
 type directReader struct {
-	// Set at start, then only read: this line is shared by every core without being passed.
+	// Set at start, then only read: every core may cache these without passing them around.
 	d     *DirectWriter
 	shard *directShard
 	// s is the subscription's queue. Its first cache line also holds this reader's ownership
