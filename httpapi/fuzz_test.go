@@ -1,9 +1,12 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -500,50 +504,33 @@ func FuzzAnswerSequence(f *testing.F) {
 }
 
 // joinedAt checks an event stream of a sealed stream read from from: an open frame at from
-// floored to a character, chunks that follow on one another and spell the text from there, and
-// one end frame, last, at the text's length with status.
+// floored to a character, then frames that hold to the wire contract (streamtest.Replay: chunks
+// that follow on one another, durable frames within them, one terminal, last) and spell the
+// text from there, ending with the end frame at the text's length with status.
 func joinedAt(t *testing.T, body, text string, from int64, status string) {
 	t.Helper()
 	var frames []producer.Frame
-	for _, event := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
-		var data []string
-		for _, line := range strings.Split(event, "\n") {
-			if d, ok := strings.CutPrefix(line, "data:"); ok {
-				data = append(data, strings.TrimPrefix(d, " "))
-			}
+	r := bufio.NewReader(strings.NewReader(body))
+	for {
+		f, err := streamtest.ReadFrame(r) // strict: one data line per event, a frame's own decoding
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		if len(data) == 0 {
-			continue // retry: or a comment
-		}
-		var f producer.Frame // its own decoding, which refuses a malformed frame
-		if err := json.Unmarshal([]byte(strings.Join(data, "\n")), &f); err != nil {
-			t.Fatalf("an event's data is not a frame: %q: %v", event, err)
+		if err != nil {
+			t.Fatalf("from %d: %v in %q", from, err, body)
 		}
 		frames = append(frames, f)
 	}
-	if len(frames) < 2 || frames[0].Type != producer.FrameOpen || frames[len(frames)-1].Type != producer.FrameEnd {
+	if len(frames) < 2 || frames[0].Type != producer.FrameOpen {
 		t.Fatalf("from %d: not open, chunks, end: %+v", from, frames)
 	}
 	at := frames[0].From
 	if _, whole := prefix16(text, int64(at)); !whole || int64(at) > from || int64(at) < from-1 {
 		t.Fatalf("from %d: opened at %d, not %d floored to a character", from, at, from)
 	}
-	var got strings.Builder
-	for _, f := range frames[1 : len(frames)-1] {
-		switch {
-		case f.Type == producer.FrameDurable:
-		case f.Type != producer.FrameChunk:
-			t.Fatalf("from %d: a %s frame before the end: %+v", from, f.Type, frames)
-		case f.From != at || f.Seq != at+producer.Len16(f.Text):
-			t.Fatalf("from %d: a chunk %d→%d of %d units after %d", from, f.From, f.Seq, producer.Len16(f.Text), at)
-		default:
-			got.WriteString(f.Text)
-			at = f.Seq
-		}
-	}
-	want := producer.Slice16(text, frames[0].From, producer.Len16(text))
-	if end := frames[len(frames)-1]; got.String() != want || end.Seq != producer.Len16(text) || string(end.Status) != status {
-		t.Fatalf("from %d: chunks spell %q, ending %d %s; the text from %d is %q, %d units, sealed %s", from, got.String(), end.Seq, end.Status, frames[0].From, want, producer.Len16(text), status)
+	got, end := streamtest.Replay(t, text, frames)
+	if got != text || end.Type != producer.FrameEnd || end.Seq != producer.Len16(text) || string(end.Status) != status {
+		t.Fatalf("from %d: the frames spell %q and end with %+v; the text is %q, %d units, sealed %s", from, got, end, text, producer.Len16(text), status)
 	}
 }
 
