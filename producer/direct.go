@@ -23,6 +23,11 @@ type DirectConfig struct {
 	// WriteTimeout bounds each blocking write to a reader that fell behind. Defaults to
 	// DefaultSSEWriteTimeout.
 	WriteTimeout time.Duration
+	// PlainWrites turns the send ring off: each reader's write is a write(2) of its own. By
+	// default each writer sends its turn's writes through an io_uring, one system call for
+	// up to 256 readers, where the kernel allows one (Linux; not under a seccomp profile
+	// that filters io_uring, as container runtimes' defaults do); RingError says why not.
+	PlainWrites bool
 }
 
 // DirectWriter writes live SSE frames straight to readers' sockets. The fan-out hands each
@@ -58,7 +63,18 @@ type DirectWriter struct {
 	// sink, when set (by a benchmark, before any reader), takes every fast write in place of
 	// the socket: the writer's in-process work measured without write(2).
 	sink func(writer int, p []byte) (int, error)
+	// ringErr is why the writers do not send through a ring (nil: they do).
+	ringErr error
+	// ringFault, when set (by a test, before any reader), is asked before each ring submission:
+	// an error fails it as a failed io_uring_enter would.
+	ringFault func() error
 }
+
+// errRingOff is RingError with DirectConfig.PlainWrites.
+var errRingOff = errors.New("producer: the send ring is off (PlainWrites)")
+
+// RingError is nil when the writers send through io_uring, else why they write with write(2).
+func (d *DirectWriter) RingError() error { return d.ringErr }
 
 // errDirectClosed ends the readers of a closed DirectWriter.
 var errDirectClosed = errors.New("producer: the direct writer closed")
@@ -75,6 +91,9 @@ func NewDirectWriter(cfg DirectConfig) *DirectWriter {
 		cfg.WriteTimeout = DefaultSSEWriteTimeout
 	}
 	d := &DirectWriter{cfg: cfg, stop: make(chan struct{}), touchEvery: int64(cfg.KeepAlive / 8)}
+	if cfg.PlainWrites {
+		d.ringErr = errRingOff
+	}
 	if h, err := newHangups(); err == nil {
 		d.hangups = h
 		d.stopped.Add(1)
@@ -85,6 +104,15 @@ func NewDirectWriter(cfg DirectConfig) *DirectWriter {
 	}
 	for range cfg.Writers {
 		sh := &directShard{d: d, index: len(d.shards), wake: make(chan struct{}, 1), readers: map[*directReader]struct{}{}}
+		if d.ringErr == nil {
+			sh.ring, d.ringErr = newSendRing(uringDefaultEntries)
+			if d.ringErr != nil {
+				for _, prev := range d.shards {
+					prev.ring.close()
+					prev.ring = nil
+				}
+			}
+		}
 		d.shards = append(d.shards, sh)
 		d.stopped.Add(1)
 		go sh.run()
@@ -101,15 +129,18 @@ type DirectStats struct {
 	// Handoffs: readers handed to a goroutine of their own because the socket would block (or
 	// the connection has no descriptor to write to without blocking).
 	Handoffs uint64
+	// RingSends: the fast writes that went through the send ring.
+	RingSends uint64
 }
 
 // Stats returns the counts so far.
 func (d *DirectWriter) Stats() DirectStats {
-	var fast uint64
+	var fast, ring uint64
 	for _, sh := range d.shards {
 		fast += sh.fast.Load()
+		ring += sh.ringSent.Load()
 	}
-	return DirectStats{Readers: d.readers.Load(), FastWrites: fast, Handoffs: d.handoff.Load()}
+	return DirectStats{Readers: d.readers.Load(), FastWrites: fast, Handoffs: d.handoff.Load(), RingSends: ring}
 }
 
 // Close ends every reader (its connection closes; its done runs) and stops the writers.
@@ -169,6 +200,10 @@ func (d *DirectWriter) start(conn net.Conn, sub *Subscription, pos Seq, head []b
 	sub.sub.mu.Unlock()
 	if raw != nil {
 		r.nb.init(raw)
+		r.hold = func(fd uintptr) bool {
+			r.shard.heldAt(fd)
+			return true
+		}
 	}
 	r.touch()
 	sh.mu.Lock()
@@ -244,6 +279,8 @@ type directReader struct {
 	over atomic.Bool
 
 	lastWrite atomic.Int64 // unix nanoseconds
+
+	hold func(fd uintptr) bool // the ring's hold of the socket (direct_ring.go), bound once
 }
 
 func (r *directReader) touch() { r.lastWrite.Store(time.Now().UnixNano()) }
@@ -460,46 +497,73 @@ func (r *directReader) tryWrite(b []byte) (n int, err error) {
 // block hands the rest to the reader's own goroutine.
 func (r *directReader) writeFast(buf []byte) []byte {
 	for {
-		if r.isFinished() {
-			r.release()
+		w, ok := r.nextWrite(&buf)
+		if !ok {
 			return buf
 		}
-		b, ends, rest, drained := r.next(&buf)
-		if len(b) == 0 {
-			if r.release() {
-				return buf
-			}
-			continue
-		}
-		n, err := r.tryWrite(b)
-		if n > 0 && r.shard.now-r.lastWrite.Load() >= r.d.touchEvery {
-			// The writer's clock, read once per turn, and stored only when the last store is
-			// touchEvery old: an atomic store is a full barrier, dearer than the rest of a
-			// reader's turn, and keep-alives need no finer (a ping comes at most touchEvery
-			// early, to a reader that had frames KeepAlive minus touchEvery ago).
-			r.lastWrite.Store(r.shard.now)
-		}
-		switch {
-		case err != nil:
-			r.finish(err)
-			return buf
-		case n < len(b):
-			r.keep(b[n:], ends, rest)
-			r.toSlow()
-			return buf
-		case ends:
-			r.shard.writes++
-			r.shard.countWrites() // Stats counts this reader's writes before its done runs
-			r.finish(nil)
-			return buf
-		}
-		r.shard.writes++
-		// The queue was empty after what was written: a frame queued since has set pending (the
-		// reader is owned), which release reports, so no poll is needed to find out.
-		if drained && r.release() {
+		n, err := r.tryWrite(w.b)
+		if !r.written(w, n, err) {
 			return buf
 		}
 	}
+}
+
+// directWrite is one non-blocking write of a writer's turn with a reader.
+type directWrite struct {
+	b       []byte
+	ends    bool // b ends with the terminal frame
+	rest    bool // b is what the last write left (r.rest), not the writer's buffer
+	drained bool // nothing else was ready when b was gathered
+}
+
+// nextWrite is what the owner writes next (gathered into buf), or false when the reader needs
+// nothing more of this turn: it ended, or nothing was ready and it was let go.
+func (r *directReader) nextWrite(buf *[]byte) (directWrite, bool) {
+	for {
+		if r.isFinished() {
+			r.release()
+			return directWrite{}, false
+		}
+		b, ends, rest, drained := r.next(buf)
+		if len(b) == 0 {
+			if r.release() {
+				return directWrite{}, false
+			}
+			continue
+		}
+		return directWrite{b: b, ends: ends, rest: rest, drained: drained}, true
+	}
+}
+
+// written takes the outcome of writing w (n bytes of it went, or err) and reports whether the
+// owner goes on with the reader: false when it ended, was handed to its own goroutine, or was
+// let go with nothing left to write.
+func (r *directReader) written(w directWrite, n int, err error) bool {
+	if n > 0 && r.shard.now-r.lastWrite.Load() >= r.d.touchEvery {
+		// The writer's clock, read once per turn, and stored only when the last store is
+		// touchEvery old: an atomic store is a full barrier, dearer than the rest of a
+		// reader's turn, and keep-alives need no finer (a ping comes at most touchEvery
+		// early, to a reader that had frames KeepAlive minus touchEvery ago).
+		r.lastWrite.Store(r.shard.now)
+	}
+	switch {
+	case err != nil:
+		r.finish(err)
+		return false
+	case n < len(w.b):
+		r.keep(w.b[n:], w.ends, w.rest)
+		r.toSlow()
+		return false
+	case w.ends:
+		r.shard.writes++
+		r.shard.countWrites() // Stats counts this reader's writes before its done runs
+		r.finish(nil)
+		return false
+	}
+	r.shard.writes++
+	// The queue was empty after what was written: a frame queued since has set pending (the
+	// reader is owned), which release reports, so no poll is needed to find out.
+	return !(w.drained && r.release())
 }
 
 // ping is a writer's keep-alive for an idle reader it owns.
@@ -521,11 +585,22 @@ type directShard struct {
 	// nextDirty: producers push with a compare-and-swap (no lock per reader-frame), the writer
 	// takes the whole list at once. A reader is on it at most once: it is pushed when a writer
 	// becomes its owner, and only the writer, having taken it off, lets go of it.
-	dirty   atomic.Pointer[directReader]
-	batch   []*directReader // the writer's turn, oldest first (the writer's own)
-	mu      sync.Mutex      // guards readers
-	readers map[*directReader]struct{}
-	wake    chan struct{}
+	dirty atomic.Pointer[directReader]
+	batch []*directReader // the writer's turn, oldest first (the writer's own)
+	// ring, when set, sends a turn's writes in one submission (direct_ring.go); the rest is
+	// the ring's scratch (the writer's own).
+	ring     *sendRing
+	ringSent atomic.Uint64 // sends that went through the ring
+	ops      []ringOp
+	obuf     []byte // the bytes of a submission's sends
+	plain    []byte // writeFast's buffer, for the readers that take write(2) in a ring turn
+	ringCur  []*directReader
+	ringNext []*directReader
+	at       int        // the op whose descriptor the nest holds next
+	ringErr  error      // the last submission's failure
+	mu       sync.Mutex // guards readers
+	readers  map[*directReader]struct{}
+	wake     chan struct{}
 }
 
 func (sh *directShard) push(r *directReader) {
@@ -559,6 +634,11 @@ func (sh *directShard) take() []*directReader {
 
 func (sh *directShard) run() {
 	defer sh.d.stopped.Done()
+	defer func() {
+		if sh.ring != nil {
+			sh.ring.close()
+		}
+	}()
 	tick := time.NewTicker(sh.d.cfg.KeepAlive / 2)
 	defer tick.Stop()
 	var buf []byte
@@ -576,9 +656,14 @@ func (sh *directShard) run() {
 			buf = sh.keepAlive(buf)
 		}
 		batch := sh.take()
-		for i, r := range batch {
-			buf = r.writeFast(buf)
-			batch[i] = nil
+		if sh.ring != nil && sh.d.sink == nil {
+			sh.ringTurn(batch)
+			clear(batch)
+		} else {
+			for i, r := range batch {
+				buf = r.writeFast(buf)
+				batch[i] = nil
+			}
 		}
 		sh.batch = batch[:0]
 		sh.countWrites()

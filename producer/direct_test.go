@@ -92,9 +92,18 @@ func newDirect(t *testing.T, cfg producer.DirectConfig) *producer.DirectWriter {
 // stream's end closes each connection after its end frame.
 func TestDirectWriterDeliversEveryFrameInOrder(t *testing.T) {
 	t.Parallel()
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("PlainWrites=%v", plain), func(t *testing.T) {
+			t.Parallel()
+			deliversEveryFrameInOrder(t, plain)
+		})
+	}
+}
+
+func deliversEveryFrameInOrder(t *testing.T, plain bool) {
 	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 1 << 30 })
 	s := w.open(t, "m")
-	d := newDirect(t, producer.DirectConfig{Writers: 2})
+	d := newDirect(t, producer.DirectConfig{Writers: 2, PlainWrites: plain})
 	url, served := directServer(t, w.plane, d, nil)
 	const readers, pushes = 20, 300
 	bodies := make([]*bufio.Reader, readers)
@@ -127,6 +136,17 @@ func TestDirectWriterDeliversEveryFrameInOrder(t *testing.T) {
 	st := d.Stats()
 	require.Zero(t, st.Readers)
 	require.Positive(t, st.FastWrites, "the writers wrote frames straight to the sockets")
+	switch err := d.RingError(); {
+	case plain:
+		require.ErrorContains(t, err, "PlainWrites")
+		require.Zero(t, st.RingSends)
+	case err != nil:
+		t.Logf("no send ring on this kernel (%v): the frames went by write(2)", err)
+		require.Zero(t, st.RingSends)
+	default:
+		require.Positive(t, st.RingSends, "the writers sent through the ring")
+		require.LessOrEqual(t, st.FastWrites, st.RingSends, "every fast write went through the ring")
+	}
 }
 
 // A reader that stops reading fills its socket: the rest goes out from its Serve goroutine,
@@ -281,7 +301,7 @@ func TestDirectWriterRandomSchedules(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			w := newWorld(t, func(c *producer.Config) { c.MaxQueuedFrames = 1 << 16; c.CheckpointChars = 1 << 30 })
 			s := w.open(t, "m")
-			d := newDirect(t, producer.DirectConfig{Writers: 1 + rng.IntN(3)})
+			d := newDirect(t, producer.DirectConfig{Writers: 1 + rng.IntN(3), PlainWrites: seed%2 == 1})
 			wrapped := rng.IntN(2) == 0
 			url, served := directServer(t, w.plane, d, func(c net.Conn) net.Conn {
 				if wrapped {
@@ -510,7 +530,7 @@ func TestDirectWriterRandomHangUps(t *testing.T) {
 				c.OnSubscriberFunc = func(d int, _ bool) { subscribers.Add(int64(d)) }
 			})
 			s := w.open(t, "m")
-			d := newDirect(t, producer.DirectConfig{Writers: 1 + rng.IntN(3)})
+			d := newDirect(t, producer.DirectConfig{Writers: 1 + rng.IntN(3), PlainWrites: seed%2 == 1})
 			url, served := directServer(t, w.plane, d, nil)
 			readers := 4 + rng.IntN(8)
 			leaveAt := make([]int, readers) // frames read before hanging up; -1 stays to the end
@@ -610,4 +630,104 @@ func TestDirectWriterAnEndReadThenAHangUpIsAnEnd(t *testing.T) {
 			require.NoError(t, <-served, "round %d, reader %d: it read its end frame", round, i)
 		}
 	}
+}
+
+// A ring submission that fails leaves its sends in doubt: each reader in it is ended (its
+// client holds a prefix without a gap and resumes from its end), and the writers go on with
+// write(2), so the other readers, and later ones, get every frame. The fault is the second
+// submission's after the readers have their response heads, by count.
+func TestDirectWriterRingFailureEndsTheReadersInDoubt(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 1 << 30 })
+	s := w.open(t, "m")
+	d := newDirect(t, producer.DirectConfig{Writers: 1})
+	if err := d.RingError(); err != nil {
+		t.Skip("no send ring on this kernel:", err)
+	}
+	var submissions, failAt atomic.Int64
+	failAt.Store(-1)
+	producer.SetRingFault(d, func() error {
+		if submissions.Add(1) == failAt.Load() {
+			return errors.New("injected: io_uring_enter failed")
+		}
+		return nil
+	})
+	url, served := directServer(t, w.plane, d, nil)
+	var want strings.Builder
+	push := func(piece string) {
+		want.WriteString(piece)
+		require.NoError(t, s.Push(piece))
+	}
+	type result struct {
+		text string
+		err  error
+	}
+	read := func(n int) chan result {
+		out := make(chan result, n)
+		for range n {
+			resp, err := http.Get(url + "/?id=m") //nolint:bodyclose // closed by the goroutine that reads it
+			require.NoError(t, err)
+			go func() {
+				defer resp.Body.Close()
+				r := bufio.NewReader(resp.Body)
+				var frames []producer.Frame
+				for {
+					f, err := streamtest.ReadFrame(r)
+					if err != nil {
+						text, gap := replayQuiet(frames)
+						out <- result{text, errors.Join(err, gap)}
+						return
+					}
+					frames = append(frames, f)
+					if f.Terminal() {
+						text, gap := replayQuiet(frames)
+						out <- result{text, gap}
+						return
+					}
+				}
+			}()
+		}
+		return out
+	}
+	first := read(3) // returns once the three have their response heads
+	require.Eventually(t, func() bool { return d.Stats().Readers == 3 }, 10*time.Second, time.Millisecond)
+	failAt.Store(submissions.Load() + 2)
+	for i := 0; submissions.Load() < failAt.Load(); i++ {
+		before := submissions.Load()
+		push(fmt.Sprintf("δ%d ", i))
+		require.Eventually(t, func() bool { return submissions.Load() > before || d.Stats().Readers < 3 }, 10*time.Second, time.Millisecond)
+	}
+	ringSends := d.Stats().RingSends
+	later := read(2)
+	require.Eventually(t, func() bool { return d.Stats().Readers+int64(len(served)) == 5 }, 10*time.Second, time.Millisecond)
+	for i := range 50 {
+		push(fmt.Sprintf("ε%d ", i))
+	}
+	require.NoError(t, s.Close(t.Context()))
+
+	inDoubt := 0
+	for range 5 {
+		if err := <-served; err != nil {
+			require.ErrorIs(t, err, producer.ErrRingFailed)
+			inDoubt++
+		}
+	}
+	require.Positive(t, inDoubt, "the failed submission's readers ended")
+	for range 3 {
+		got := <-first
+		require.True(t, strings.HasPrefix(want.String(), got.text), "a reader holds a prefix of the text: %q", got.text)
+		if got.err != nil {
+			require.NotContains(t, got.err.Error(), "expected", "no gap in what a reader in doubt got")
+			continue
+		}
+		require.Equal(t, want.String(), got.text, "a reader outside the failed submission got everything")
+	}
+	for range 2 {
+		got := <-later
+		require.NoError(t, got.err)
+		require.Equal(t, want.String(), got.text, "a reader after the failure got everything, by write(2)")
+	}
+	st := d.Stats()
+	require.Equal(t, ringSends, st.RingSends, "no send went through the broken ring")
+	require.Equal(t, failAt.Load(), submissions.Load(), "the ring was not used again")
 }

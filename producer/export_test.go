@@ -25,3 +25,10 @@ func NonblockingWrite(c net.Conn) (func([]byte) (int, error), error) {
 	w.init(raw)
 	return w.Write, nil
 }
+
+// SetRingFault makes d's ring submissions ask fault first: an error fails the submission as a
+// failed io_uring_enter would, before any of its sends reach the kernel.
+func SetRingFault(d *DirectWriter, fault func() error) { d.ringFault = fault }
+
+// ErrRingFailed ends a reader whose send was in a ring submission that failed.
+var ErrRingFailed = errRingFailed

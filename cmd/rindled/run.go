@@ -44,6 +44,7 @@ type settings struct {
 	dbMaxConns, checkpointChars, maxEventStreams, maxEventStreamsPerSubject int
 	streamsAppendGroup, streamsAppendWriters                                int
 	sseDirect                                                               bool
+	sseRing                                                                 bool
 	getenv                                                                  func(string) string // the environment parse read
 }
 
@@ -128,6 +129,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 	fs.DurationVar(&s.ingestIdleTimeout, "ingest-idle-timeout", httpapi.DefaultIngestIdleTimeout, "the longest pause between two reads of a streaming ingest body [RINDLE_INGEST_IDLE_TIMEOUT]")
 	fs.IntVar(&s.maxEventStreams, "max-event-streams", httpapi.DefaultMaxEventStreams, "waiting reads (event streams, protocol SSE and long-polls) this instance holds at once; past it 429 [RINDLE_MAX_EVENT_STREAMS]")
 	fs.BoolVar(&s.sseDirect, "sse-direct", true, "write event streams' live tails straight to HTTP/1.x sockets from a few writer goroutines (false: each stream's own goroutine writes through net/http) [RINDLE_SSE_DIRECT]")
+	fs.BoolVar(&s.sseRing, "sse-ring", true, "with -sse-direct, send each writer's turn of writes through one io_uring submission where the kernel allows it (false, or where it does not: a write(2) per reader) [RINDLE_SSE_RING]")
 	fs.IntVar(&s.maxEventStreamsPerSubject, "max-event-streams-per-subject", httpapi.DefaultMaxEventStreamsPerSubject, "waiting reads one token subject holds on this instance; past it 429 [RINDLE_MAX_EVENT_STREAMS_PER_SUBJECT]")
 	// Typed settings take their environment value through the flag's own parser, so a
 	// malformed one is an error naming the variable, never a silent default; flags still win.
@@ -137,7 +139,7 @@ func parse(name string, args []string, getenv func(string) string, stderr io.Wri
 		"drain-timeout": "RINDLE_DRAIN_TIMEOUT", "log-level": "RINDLE_LOG_LEVEL",
 		"idle-timeout": "RINDLE_IDLE_TIMEOUT", "stream-idle-timeout": "RINDLE_STREAM_IDLE_TIMEOUT", "body-timeout": "RINDLE_BODY_TIMEOUT", "ingest-idle-timeout": "RINDLE_INGEST_IDLE_TIMEOUT",
 		"max-event-streams": "RINDLE_MAX_EVENT_STREAMS", "max-event-streams-per-subject": "RINDLE_MAX_EVENT_STREAMS_PER_SUBJECT",
-		"sse-direct": "RINDLE_SSE_DIRECT", "streams-append-group": "RINDLE_STREAMS_APPEND_GROUP",
+		"sse-direct": "RINDLE_SSE_DIRECT", "sse-ring": "RINDLE_SSE_RING", "streams-append-group": "RINDLE_STREAMS_APPEND_GROUP",
 		"streams-append-writers": "RINDLE_STREAMS_APPEND_WRITERS"} {
 		if v := getenv(k); v != "" {
 			if err := fs.Set(flagName, v); err != nil {

@@ -316,8 +316,13 @@ func (in *server) httpHandler() (http.Handler, error) {
 	}
 	var direct *producer.DirectWriter
 	if in.s.sseDirect {
-		direct = producer.NewDirectWriter(producer.DirectConfig{})
+		direct = producer.NewDirectWriter(producer.DirectConfig{PlainWrites: !in.s.sseRing})
 		in.onStop(direct.Close)
+		if err := direct.RingError(); err != nil {
+			in.logger.Info("event streams' live tails are written with write(2), one per reader", "why", err)
+		} else {
+			in.logger.Info("event streams' live tails are sent through io_uring, one submission per writer turn")
+		}
 	}
 	api, err := httpapi.New(httpapi.Config{
 		Direct: direct, Plane: in.plane, View: in.view, Messages: in.catalog, Verifier: verifier, Logger: in.logger,
