@@ -103,7 +103,8 @@ func TestDirectWriterDeliversEveryFrameInOrder(t *testing.T) {
 func deliversEveryFrameInOrder(t *testing.T, plain bool) {
 	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 1 << 30 })
 	s := w.open(t, "m")
-	d := newDirect(t, producer.DirectConfig{Writers: 2, PlainWrites: plain})
+	// No keep-alive falls in the test (a ping is a write(2) even with the ring).
+	d := newDirect(t, producer.DirectConfig{Writers: 2, PlainWrites: plain, KeepAlive: time.Hour})
 	url, served := directServer(t, w.plane, d, nil)
 	const readers, pushes = 20, 300
 	bodies := make([]*bufio.Reader, readers)
