@@ -5,7 +5,8 @@
 // CommitFunc) and never emits SQL. It does not own the durable view readers fall back to (ivm),
 // nor HTTP routing and auth (httpapi); it provides the SSE encoder they use, and DirectWriter,
 // which writes live frames to readers' sockets (hijacked HTTP/1.x connections the HTTP layer
-// hands it) from a few writer goroutines instead of one goroutine per reader.
+// hands it) from a few writer goroutines instead of one goroutine per reader; on Linux it sends
+// a writer's turn through an io_uring (the small part of one it needs, in uring_linux.go).
 //
 // # The contract
 //
