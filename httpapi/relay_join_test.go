@@ -314,3 +314,42 @@ func TestRelayedJoinNearTheEndOfALongStream(t *testing.T) {
 	require.Equal(t, "s.ten units. and more", text, "nothing below the join point was re-sent")
 	require.NoError(t, s.Close(t.Context()))
 }
+
+// quietSource is a relayed source that never yields: a broker that restarted just after the
+// attach, whose consumer delivers nothing.
+type quietSource struct{}
+
+func (quietSource) Next(ctx context.Context) (producer.Frame, error) {
+	<-ctx.Done()
+	return producer.Frame{}, ctx.Err()
+}
+
+func (quietSource) Close() error { return nil }
+
+// TestRelayedJoinFromZeroFollowsTheViewWhenTheSourceIsQuiet: a join from 0 waits for the
+// subject's own open, which a quiet source never gives. Past RelayFirstFrame the reading plane
+// says stale, and the join follows the view to the same text and end instead of hanging.
+func TestRelayedJoinFromZeroFollowsTheViewWhenTheSourceIsQuiet(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	h := newHub()
+	prod, _ := relayedPlanes(t, w, h, 8)
+	read, err := producer.New(producer.Config{Committer: w.store, Authorize: allow, RelayFirstFrame: 20 * time.Millisecond,
+		Relay: &producer.Relay{Attach: func(context.Context, string, producer.Seq) (producer.FrameSource, error) { return quietSource{}, nil }}})
+	require.NoError(t, err)
+	t.Cleanup(read.Close)
+	s := openOn(t, w, prod, "m")
+	require.NoError(t, s.Push("héllo 😀 "))
+
+	// Without the bound the join never returns: the guard turns that hang into a failure.
+	guard, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	j, err := httpapi.Join(guard, w.view, read, nil, "m", 0)
+	require.NoError(t, err, "the join is still waiting on the quiet source")
+	defer j.Close()
+	require.NoError(t, s.Push("wörld"))
+	require.NoError(t, s.Close(t.Context()))
+	text, end := streamtest.Replay(t, "", streamtest.Collect(t, j))
+	require.Equal(t, producer.FrameEnd, end.Type, "no stale: the view served the reader")
+	require.Equal(t, "héllo 😀 wörld", text)
+}

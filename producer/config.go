@@ -17,6 +17,7 @@ const (
 	DefaultLinger             = 30 * time.Second
 	DefaultMaxQueuedFrames    = 1024
 	DefaultRelayAttachTimeout = 2 * time.Second
+	DefaultRelayFirstFrame    = 10 * time.Second
 	DefaultRelayQueue         = 8192
 	// DefaultIdleTimeout is beyond the seed: a stream with no push for this long is sealed
 	// interrupted (Config.IdleTimeout).
@@ -149,6 +150,12 @@ type Config struct {
 	// Defaults to DefaultRelayAttachTimeout; refused without a Relay.
 	RelayAttachTimeout time.Duration
 
+	// RelayFirstFrame bounds the wait for an attached source's first frame: a source that
+	// yields nothing by then (a broker that restarted just after the attach) ends the reader
+	// with stale, which a join turns into the durable view, not a reader waiting on it for
+	// ever. Defaults to DefaultRelayFirstFrame; refused without a Relay.
+	RelayFirstFrame time.Duration
+
 	// RelayQueue is how many frames may wait for Relay.Publish. Past it, frames are dropped
 	// rather than stall a producer on a sick broker; relayed readers then see a hole, go stale,
 	// and follow the durable view. Defaults to DefaultRelayQueue; refused without a Relay.
@@ -272,6 +279,9 @@ func (c *Config) withDefaults() (Config, error) {
 		if out.RelayAttachTimeout != 0 {
 			return out, &ConfigError{"RelayAttachTimeout", "does nothing without a Relay"}
 		}
+		if out.RelayFirstFrame != 0 {
+			return out, &ConfigError{"RelayFirstFrame", "does nothing without a Relay"}
+		}
 		if out.OnRelayErrorFunc != nil {
 			return out, &ConfigError{"OnRelayErrorFunc", "does nothing without a Relay"}
 		}
@@ -286,6 +296,10 @@ func (c *Config) withDefaults() (Config, error) {
 			return out, err
 		}
 		out.RelayAttachTimeout = time.Duration(v)
+		if v, err = positive("RelayFirstFrame", int64(out.RelayFirstFrame), int64(DefaultRelayFirstFrame)); err != nil {
+			return out, err
+		}
+		out.RelayFirstFrame = time.Duration(v)
 		if v, err = positive("RelayQueue", int64(out.RelayQueue), DefaultRelayQueue); err != nil {
 			return out, err
 		}

@@ -685,6 +685,9 @@ func (p *Plane) attachRelay(ctx context.Context, streamID string, from Seq) *Sub
 	}
 }
 
+// errRelayQuiet is a relayed source that gave no first frame within RelayFirstFrame.
+var errRelayQuiet = errors.New("the relay source was quiet")
+
 // relaySubscription pumps an adapter's frames through the conform pass into a bounded reader
 // queue, and tears the adapter down when either side lets go. Adapter failures become one stale.
 func (p *Plane) relaySubscription(streamID string, from Seq, src FrameSource) *Subscription {
@@ -735,12 +738,22 @@ func (p *Plane) relaySubscription(streamID string, from Seq, src FrameSource) *S
 				deliver(conform.Fail())
 			}
 		}()
-		for {
-			f, err := src.Next(pumpCtx)
+		// The first frame is awaited for RelayFirstFrame at most: a broker that restarted
+		// just after the attach may never deliver, and the reader must not wait on it for
+		// ever (stale sends a join to the durable view).
+		firstCtx, firstDone := context.WithTimeoutCause(pumpCtx, p.cfg.RelayFirstFrame, errRelayQuiet)
+		defer firstDone()
+		for nextCtx := firstCtx; ; nextCtx = pumpCtx {
+			f, err := src.Next(nextCtx)
 			if pumpCtx.Err() != nil {
 				return // the reader let go, or the plane closed
 			}
+			firstDone()
 			switch {
+			case err != nil && errors.Is(context.Cause(nextCtx), errRelayQuiet):
+				p.reportRelayError(fmt.Errorf("relay source for stream %s gave no frame within %s: %w", streamID, p.cfg.RelayFirstFrame, errRelayQuiet), streamID, RelayFrames)
+				deliver(conform.Fail())
+				return
 			case errors.Is(err, io.EOF):
 				deliver(conform.End())
 				return

@@ -426,6 +426,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"NegativeRetain", func(c *producer.Config) { c.RetainChars = -2 }, "RetainChars"},
 		{"EmptyRelay", func(c *producer.Config) { c.Relay = &producer.Relay{} }, "Relay"},
 		{"AttachTimeoutWithoutRelay", func(c *producer.Config) { c.RelayAttachTimeout = time.Second }, "RelayAttachTimeout"},
+		{"FirstFrameWithoutRelay", func(c *producer.Config) { c.RelayFirstFrame = time.Second }, "RelayFirstFrame"},
 		{"RelayErrorHookWithoutRelay", func(c *producer.Config) { c.OnRelayErrorFunc = func(error, string, producer.RelayPhase) {} }, "OnRelayErrorFunc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

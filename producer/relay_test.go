@@ -305,3 +305,41 @@ func TestRelayAttach(t *testing.T) {
 		require.Equal(t, stale(3, 0), frames[3])
 	})
 }
+
+// A source that gives no first frame (a broker that restarted just after the attach) ends the
+// relayed reader with stale after RelayFirstFrame, reported as a frames failure, instead of
+// leaving it waiting; a source that answers in time is followed past that bound.
+func TestRelaySourceQuietAtFirstEndsTheReaderStale(t *testing.T) {
+	t.Parallel()
+	quiet := newPipe() // never yields
+	w := newRelayWorld(t, attaching(quiet, nil), func(c *producer.Config) { c.RelayFirstFrame = 20 * time.Millisecond })
+	sub, err := w.plane.Subscribe(t.Context(), producer.SubscribeInput{StreamID: "m", From: 0})
+	require.NoError(t, err)
+	defer sub.Close()
+	// Without the bound this Next never returns: the guard turns that hang into a failure.
+	guard, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	f, err := sub.Next(guard)
+	require.NoError(t, err, "the reader is still waiting on the quiet source")
+	require.Equal(t, producer.FrameStale, f.Type)
+	require.Eventually(t, quiet.closed.Load, 10*time.Second, time.Millisecond, "the quiet source is closed")
+	errs := w.relayErrors()
+	require.NotEmpty(t, errs)
+	require.Equal(t, producer.RelayFrames, errs[0].phase)
+	require.ErrorContains(t, errs[0].err, "gave no frame within")
+
+	// Answering in time: the bound is on the first frame only.
+	talks := newPipe(producer.Frame{Type: producer.FrameOpen, StreamID: "n"})
+	w2 := newRelayWorld(t, attaching(talks, nil), func(c *producer.Config) { c.RelayFirstFrame = time.Hour })
+	sub2, err := w2.plane.Subscribe(t.Context(), producer.SubscribeInput{StreamID: "n", From: 0})
+	require.NoError(t, err)
+	defer sub2.Close()
+	f, err = sub2.Next(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, producer.FrameOpen, f.Type)
+	talks.frames <- chunk(0, 2, "ab")
+	f, err = sub2.Next(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, chunk(0, 2, "ab"), f)
+	require.Empty(t, w2.relayErrors())
+}
