@@ -15,8 +15,9 @@ import (
 // sendRing is an io_uring of non-blocking socket sends: a direct writer's whole turn (one frame
 // for each of a thousand readers) goes to the kernel in one system call instead of one write(2)
 // per reader. On this project's 2-core machine a write(2) of an 80-byte frame to a loopback
-// socket costs 7–9 µs of CPU and a send through the ring 4–5.5 (ur.c in the commit that added
-// this; the work per send stays, the crossing per send goes).
+// socket cost 7–9 µs of CPU and a send through the ring 4–5.5, measured from C and from Go
+// (docs/DESIGN.md, "Writing event streams"): the work per send stays, the crossing per send
+// goes.
 //
 // No io_uring library resolves through the module proxy this project builds with, so this is
 // the small part of one it needs: set-up, a submission queue of IORING_OP_SEND entries, and
@@ -29,7 +30,6 @@ type sendRing struct {
 	sqMem   []byte
 	cqMem   []byte
 	sqeMem  []byte
-	sqHead  *uint32
 	sqTail  *uint32
 	sqMask  uint32
 	sqArray []uint32
@@ -139,7 +139,7 @@ func newSendRing(entries uint32) (*sendRing, error) {
 		return fail(err)
 	}
 	u32 := func(mem []byte, off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&mem[off])) }
-	r.sqHead, r.sqTail = u32(r.sqMem, p.sqOff.head), u32(r.sqMem, p.sqOff.tail)
+	r.sqTail = u32(r.sqMem, p.sqOff.tail)
 	r.sqMask = *u32(r.sqMem, p.sqOff.ringMask)
 	r.sqArray = unsafe.Slice(u32(r.sqMem, p.sqOff.array), p.sqEntries)
 	r.sqes = unsafe.Slice((*uringSQE)(unsafe.Pointer(&r.sqeMem[0])), p.sqEntries)
