@@ -610,7 +610,6 @@ type directShard struct {
 	ringSent atomic.Uint64 // sends that went through the ring
 	ops      []ringOp
 	obuf     []byte // the bytes of a submission's sends
-	plain    []byte // writeFast's buffer, for the readers that take write(2) in a ring turn
 	ringCur  []*directReader
 	ringNext []*directReader
 	at       int        // the op whose descriptor the nest holds next
@@ -674,7 +673,7 @@ func (sh *directShard) run() {
 		}
 		batch := sh.take()
 		if sh.ring != nil && sh.d.sink == nil {
-			sh.ringTurn(batch)
+			buf = sh.ringTurn(batch, buf)
 			clear(batch)
 		} else {
 			for i, r := range batch {

@@ -19,8 +19,9 @@ type ringOp struct {
 // ringTurn is a writer's turn through its ring: each round gathers what every reader of the
 // batch has ready (as writeFast would), sends it all in one submission, and then settles each
 // reader as writeFast does after its write. A reader that still has frames after its send
-// goes in the next round.
-func (sh *directShard) ringTurn(batch []*directReader) {
+// goes in the next round. buf is the writer's writeFast buffer (for the readers that take
+// write(2)), returned as writeFast returns it.
+func (sh *directShard) ringTurn(batch []*directReader, buf []byte) []byte {
 	cur := sh.ringCur[:0]
 	cur = append(cur, batch...)
 	for len(cur) > 0 && sh.ring != nil {
@@ -35,7 +36,7 @@ func (sh *directShard) ringTurn(batch []*directReader) {
 			}
 			if r.raw == nil {
 				// No descriptor to send to: writeFast hands it to a goroutine of its own.
-				sh.plain = r.writeFast(sh.plain)
+				buf = r.writeFast(buf)
 				continue
 			}
 			// Gather after what the readers before it gathered, so every send's bytes stay
@@ -94,10 +95,11 @@ func (sh *directShard) ringTurn(batch []*directReader) {
 		clear(next)
 	}
 	for _, r := range cur { // left by a ring that broke
-		sh.plain = r.writeFast(sh.plain)
+		buf = r.writeFast(buf)
 	}
 	clear(cur)
 	sh.ringCur = cur[:0]
+	return buf
 }
 
 // errRingFailed ends a reader whose send was in a ring submission that failed.
