@@ -743,17 +743,25 @@ func (p *Plane) relaySubscription(streamID string, from Seq, src FrameSource) *S
 		// ever (stale sends a join to the durable view).
 		firstCtx, firstDone := context.WithTimeoutCause(pumpCtx, p.cfg.RelayFirstFrame, errRelayQuiet)
 		defer firstDone()
-		for nextCtx := firstCtx; ; nextCtx = pumpCtx {
+		for first := true; ; first = false {
+			nextCtx := pumpCtx
+			if first {
+				nextCtx = firstCtx
+			}
 			f, err := src.Next(nextCtx)
 			if pumpCtx.Err() != nil {
 				return // the reader let go, or the plane closed
 			}
-			firstDone()
+			if first {
+				quiet := err != nil && errors.Is(context.Cause(firstCtx), errRelayQuiet)
+				firstDone()
+				if quiet {
+					p.reportRelayError(fmt.Errorf("relay source for stream %s gave no frame within %s: %w", streamID, p.cfg.RelayFirstFrame, errRelayQuiet), streamID, RelayFrames)
+					deliver(conform.Fail())
+					return
+				}
+			}
 			switch {
-			case err != nil && errors.Is(context.Cause(nextCtx), errRelayQuiet):
-				p.reportRelayError(fmt.Errorf("relay source for stream %s gave no frame within %s: %w", streamID, p.cfg.RelayFirstFrame, errRelayQuiet), streamID, RelayFrames)
-				deliver(conform.Fail())
-				return
 			case errors.Is(err, io.EOF):
 				deliver(conform.End())
 				return
