@@ -272,7 +272,9 @@ func BenchmarkWALPerByte(b *testing.B) {
 // the same size as the grouped Store's: G checkpoints of G different streams, sent as one
 // pipeline closed by one Sync (one implicit transaction, one round trip), as WriteRows sends
 // them. G is the grouped run's checkpoints per transaction, counted by the DB the Store writes
-// through. Every side commits with fsync on.
+// through; it is seldom whole, so pgbench mixes transactions of ⌊G⌋ and ⌊G⌋+1 checkpoints in
+// the proportion that averages G (both reported: store- and pgbench-checkpoints/tx). Every
+// side commits with fsync on.
 //
 // pgbench runs twice: with as many clients as the Store has transactions in flight
 // (checkpoint.DefaultWriters), which is the like-for-like comparison and the "ratio" metric, and
@@ -332,17 +334,33 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 		ours, perTx := rate("s", checkpoint.Config{})
 		alone, _ := rate("u", checkpoint.Config{MaxGroup: 1}) // group commit off: one transaction per checkpoint
 
-		// pgbench client c writes streams 'p<c>-1' … 'p<c>-<G>', one statement each per
+		// pgbench client c writes streams 'p<c>-1' … 'p<c>-<k>', one statement each per
 		// transaction: the statement Store.Append sends (the length CAS driving the chunk
 		// insert), its offsets computed in SQL because a pgbench client keeps no state between
-		// transactions.
-		group := max(1, int(perTx+0.5))
-		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status, host) SELECT 'p' || c || '-' || k, 'bench', 'streaming', 'bench' FROM generate_series(0, $1 - 1) c, generate_series(1, $2) k`, clients, group) // pgbench numbers its clients from 0
+		// transactions. The Store's transactions carry perTx checkpoints on average, rarely a
+		// whole number, so pgbench runs two scripts, of lo and lo+1 statements, weighted so its
+		// transactions carry perTx on average too (rounding to one size would hand one side
+		// bigger transactions), and its checkpoints are counted per script from its report.
+		lo := max(1, int(perTx))
+		hiWeight := int((perTx - float64(lo)) * 1000)
+		sizes := map[int]int{lo: 1000 - hiWeight}
+		if hiWeight > 0 {
+			sizes[lo+1] = hiWeight
+		}
+		most := lo + min(1, hiWeight)
+		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status, host) SELECT 'p' || c || '-' || k, 'bench', 'streaming', 'bench' FROM generate_series(0, $1 - 1) c, generate_series(1, $2) k`, clients, most) // pgbench numbers its clients from 0
 		require.NoError(b, err)
-		var script strings.Builder
-		script.WriteString("\\startpipeline\n")
-		for k := 1; k <= group; k++ {
-			fmt.Fprintf(&script, `WITH cas AS (
+		args := []string{"-n", "-M", "prepared"}
+		var scriptSizes []int // each script's checkpoints per transaction, in pgbench's order
+		for _, size := range []int{lo, lo + 1} {
+			weight, ok := sizes[size]
+			if !ok || weight == 0 {
+				continue
+			}
+			var script strings.Builder
+			script.WriteString("\\startpipeline\n")
+			for k := 1; k <= size; k++ {
+				fmt.Fprintf(&script, `WITH cas AS (
   UPDATE messages SET seq = seq + 300 WHERE id = 'p' || :client_id || '-%[1]d' AND status = 'streaming' AND host = 'bench'
   RETURNING seq, cancel_requested
 ), ins AS (
@@ -351,15 +369,20 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 )
 SELECT * FROM cas;
 `, k, text)
+			}
+			script.WriteString("\\endpipeline\n")
+			path := filepath.Join(b.TempDir(), fmt.Sprintf("checkpoint%d.sql", size))
+			require.NoError(b, os.WriteFile(path, []byte(script.String()), 0o644))
+			args = append(args, "-f", fmt.Sprintf("%s@%d", path, weight))
+			scriptSizes = append(scriptSizes, size)
 		}
-		script.WriteString("\\endpipeline\n")
-		path := filepath.Join(b.TempDir(), "checkpoint.sql")
-		require.NoError(b, os.WriteFile(path, []byte(script.String()), 0o644))
-		// pgbenchRate runs the script from c clients: checkpoints/s.
-		// With report, it also reports pgbench's CPU and its server's per checkpoint.
-		pgbenchRate := func(c int, report bool) float64 {
-			cmd := exec.CommandContext(ctx, pgbench, "-n", "-M", "prepared", "-f", path, "-c", fmt.Sprint(c), "-j", "2",
-				"-T", fmt.Sprint(int(runFor.Seconds())), db.URL)
+		// pgbenchRate runs the scripts from c clients: checkpoints/s, and checkpoints per
+		// transaction. With report, it also reports pgbench's CPU and its server's per
+		// checkpoint.
+		perScript := regexp.MustCompile(`(?m)^ - ([0-9]+) transactions`)
+		pgbenchRate := func(c int, report bool) (float64, float64) {
+			cmd := exec.CommandContext(ctx, pgbench, append(slices.Clone(args), "-c", fmt.Sprint(c), "-j", "2",
+				"-T", fmt.Sprint(int(runFor.Seconds())), db.URL)...)
 			serverBefore := clusterCPU(b, db.Pool)
 			out, err := cmd.CombinedOutput()
 			require.NoError(b, err, "%s", out)
@@ -368,19 +391,34 @@ SELECT * FROM cas;
 			require.NotNil(b, m, "%s", out)
 			tps, err := strconv.ParseFloat(string(m[1]), 64)
 			require.NoError(b, err)
-			if n := tps * float64(group) * runFor.Seconds(); report && n > 0 {
+			size := float64(scriptSizes[0]) // one script: pgbench prints no per-script counts
+			if len(scriptSizes) > 1 {
+				counts := perScript.FindAllSubmatch(out, -1)
+				require.Len(b, counts, len(scriptSizes), "%s", out)
+				var txs, checkpoints float64
+				for i, m := range counts {
+					n, err := strconv.ParseFloat(string(m[1]), 64)
+					require.NoError(b, err)
+					txs += n
+					checkpoints += n * float64(scriptSizes[i])
+				}
+				require.Positive(b, txs, "%s", out)
+				size = checkpoints / txs
+			}
+			if n := tps * size * runFor.Seconds(); report && n > 0 {
 				b.ReportMetric((cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()).Seconds()*1e6/n, "pgbench-client-µs/checkpoint")
 				b.ReportMetric(serverUsed.Seconds()*1e6/n, "pgbench-server-µs/checkpoint")
 			}
-			return tps * float64(group)
+			return tps * size, size
 		}
-		theirs := pgbenchRate(checkpoint.DefaultWriters, true)
+		theirs, theirPerTx := pgbenchRate(checkpoint.DefaultWriters, true)
 		var moved int64
 		require.NoError(b, db.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE id LIKE 'p%' AND seq > 0`).Scan(&moved))
-		require.Equal(b, int64(checkpoint.DefaultWriters*group), moved, "every pgbench stream took checkpoints: the script wrote what it claims")
-		ceiling := pgbenchRate(clients, false)
+		require.Equal(b, int64(checkpoint.DefaultWriters*most), moved, "every pgbench stream took checkpoints: the scripts wrote what they claim")
+		ceiling, _ := pgbenchRate(clients, false)
 		b.ReportMetric(ours, "store-checkpoints/s")
 		b.ReportMetric(perTx, "store-checkpoints/tx")
+		b.ReportMetric(theirPerTx, "pgbench-checkpoints/tx")
 		b.ReportMetric(alone, "ungrouped-checkpoints/s")
 		b.ReportMetric(theirs, "pgbench-checkpoints/s")
 		b.ReportMetric(ceiling, "pgbench16-checkpoints/s")
