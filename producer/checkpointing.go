@@ -80,8 +80,8 @@ func (s *LiveStream) drain() {
 			// is in flight sets it again and gets a round of its own.
 			s.forced = false
 			s.disarmLocked()
-			if s.commitTailLocked() {
-				s.stalled = true
+			s.stalled = s.commitTailLocked()
+			if s.stalled {
 				// A seal requested meanwhile outranks the retry cadence (it supersedes and repairs
 				// the failed slice), and a flush that re-forced during the failed round earns one
 				// immediate re-attempt; an unforced failure waits the interval.

@@ -32,3 +32,10 @@ func SetRingFault(d *DirectWriter, fault func() error) { d.ringFault = fault }
 
 // ErrRingFailed ends a reader whose send was in a ring submission that failed.
 var ErrRingFailed = errRingFailed
+
+// Draining reports whether s has a checkpoint drain running (or about to).
+func Draining(s *LiveStream) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}

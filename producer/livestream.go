@@ -297,8 +297,15 @@ func (s *LiveStream) pushLocked(text string) {
 		s.undurableAt = s.pendingAt
 	}
 	s.fanoutLocked(Frame{Type: FrameChunk, From: from, Seq: s.seq, Text: text})
-	if s.seq-s.durableSeq >= Seq(s.p.cfg.CheckpointChars) {
-		s.kickLocked(true)
+	if !s.stalled && s.seq-s.durableSeq >= Seq(s.p.cfg.CheckpointChars) {
+		// Unforced: the drain takes a round for the size itself. While a round is in flight
+		// durableSeq has not moved yet, so every push would meet the size again; forcing here
+		// made the drain follow each size-triggered checkpoint at once with one more, of the few
+		// characters pushed during it (the seed does this). They wait for the next trigger.
+		// A stalled stream (its last round failed) waits for its retry timer, not for the next
+		// push: during an outage every producing stream would otherwise retry at the pace of
+		// its model. A flush or the seal still goes at once.
+		s.kickLocked(false)
 	} else {
 		s.armLocked()
 	}

@@ -534,3 +534,92 @@ func TestDurabilityShowsAStallWhileItLasts(t *testing.T) {
 	require.Eventually(t, func() bool { _, ok := w.plane.Stream("m"); return !ok }, 5*time.Second, time.Millisecond)
 	require.Equal(t, int64(0), live.Load(), "eviction does not count it out twice")
 }
+
+// A size-triggered checkpoint takes what is pending; the deltas pushed while it is in flight
+// wait for the next trigger (the size again, the interval, a flush or the seal), not for an
+// immediate round of their own. Pushes used to re-force the drain while a round was in flight
+// (the pending count is taken against the durable offset, which that round has not moved yet),
+// so every size-triggered checkpoint was followed at once by one carrying the few characters
+// that arrived during it: a transaction and a chunk row for each. (The seed does the same.)
+func TestPushesDuringACheckpointWaitForTheNextTrigger(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) {
+		c.CheckpointInterval = time.Second
+		c.IdleTimeout = producer.NoIdleTimeout // the clock's pending timers are the checkpoints'
+	})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	w.store.failFunc = func(in producer.CommitInput) error {
+		if in.Kind == producer.CommitAppend {
+			once.Do(func() { close(entered); <-release })
+		}
+		return nil
+	}
+	s := w.open(t, "m")
+	require.NoError(t, s.Push("abcd")) // CheckpointChars is 4: a round starts
+	<-entered
+	require.NoError(t, s.Push("e"))
+	require.NoError(t, s.Push("f"))
+	close(release)
+	require.Eventually(t, func() bool { return s.DurableSeq() == 6 || w.clock.Pending() == 1 }, 5*time.Second, time.Millisecond,
+		"the drain settles: a second round, or the interval armed for what is pending")
+	require.Equal(t, producer.Seq(4), s.DurableSeq(), "the two characters that arrived during the round wait")
+	require.Equal(t, 1, w.clock.Pending(), "the interval is armed for them")
+	w.clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return s.DurableSeq() == 6 }, 5*time.Second, time.Millisecond, "the interval commits them")
+
+	w.store.mu.Lock()
+	var appends [][2]producer.Seq
+	for _, in := range w.store.inputs {
+		if in.Kind == producer.CommitAppend {
+			appends = append(appends, [2]producer.Seq{in.Append.From, in.Append.Seq})
+		}
+	}
+	w.store.mu.Unlock()
+	require.Equal(t, [][2]producer.Seq{{0, 4}, {4, 6}}, appends)
+	require.NoError(t, s.Close(t.Context()))
+}
+
+// A stream whose last checkpoint failed waits for its retry timer: a push that meets the size
+// does not start a round of its own (during an outage every producing stream would otherwise
+// retry at the pace of its model), while the timer, a flush or the seal still do.
+func TestAStalledStreamWaitsForItsTimerNotTheNextPush(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	var appends atomic.Int64
+	w := newWorld(t, func(c *producer.Config) {
+		c.CheckpointInterval = time.Second
+		c.CheckpointRetries = producer.NoRetries
+		c.IdleTimeout = producer.NoIdleTimeout // the clock's pending timers are the checkpoints'
+	})
+	w.store.failFunc = func(in producer.CommitInput) error {
+		if in.Kind != producer.CommitAppend {
+			return nil
+		}
+		appends.Add(1)
+		if failing.Load() {
+			return errors.New("store away")
+		}
+		return nil
+	}
+	s := w.open(t, "m")
+	require.NoError(t, s.Push("abcd")) // the size (4): a round, which fails
+	require.Eventually(t, func() bool { return w.clock.Pending() == 1 && !producer.Draining(s) }, 5*time.Second, time.Millisecond,
+		"the failed round is over and has armed its retry timer")
+	require.Equal(t, int64(1), appends.Load())
+
+	require.NoError(t, s.Push("efgh"))
+	require.False(t, producer.Draining(s), "a push that meets the size starts no round while the stream is stalled")
+	require.Equal(t, int64(1), appends.Load())
+
+	failing.Store(false)
+	w.clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return s.DurableSeq() == 8 }, 5*time.Second, time.Millisecond, "the retry timer commits everything")
+	require.Equal(t, int64(2), appends.Load())
+
+	// Recovered: the size triggers again at once.
+	require.NoError(t, s.Push("ijkl"))
+	require.Eventually(t, func() bool { return s.DurableSeq() == 12 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, s.Close(t.Context()))
+}
