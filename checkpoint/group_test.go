@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -381,4 +382,61 @@ func TestGroupCommitRandomSchedules(t *testing.T) {
 			t.Logf("writers/groups: %d transactions carried %d checkpoints; faults %v", w.fdb.groups.Load(), w.fdb.grouped.Load(), injected)
 		})
 	}
+}
+
+// Seals ride the group commit too: one statement each, in the transaction of whatever waits,
+// each confirmed by its own returned row (no read-back). A fenced seal in the same transaction
+// applies nothing and leaves its chunk rows, which it did not fold into a body.
+func TestGroupCommitCarriesSeals(t *testing.T) {
+	t.Parallel()
+	w := newGroupWorld(t, 9, checkpoint.Config{Writers: 1})
+	ctx := t.Context()
+	text := func(i int) string { return strings.Repeat(string(rune('a'+i)), 300) }
+	for i, id := range w.ids {
+		_, err := w.store.Append(ctx, producer.AppendInput{StreamID: id, From: 0, Seq: 300, Text: text(i)})
+		require.NoError(t, err)
+	}
+	_, err := w.db.Pool.Exec(ctx, "UPDATE messages SET host = 'another-host' WHERE id = 'g8'")
+	require.NoError(t, err)
+	groups0, queries0 := w.fdb.groups.Load(), w.fdb.queries.Load()
+
+	gate := make(chan struct{})
+	w.fdb.set(func(f *faultDB) { f.gate = gate })
+	errs := make([]error, len(w.ids))
+	var wg sync.WaitGroup
+	wg.Go(func() { // g0's checkpoint holds the only slot
+		_, errs[0] = w.store.Append(ctx, producer.AppendInput{StreamID: "g0", From: 300, Seq: 600, Text: text(0)})
+	})
+	<-w.fdb.held
+	w.fdb.set(func(f *faultDB) { f.gate = nil })
+	for i := 1; i < len(w.ids); i++ {
+		wg.Go(func() {
+			body := text(i) + "!"
+			errs[i] = w.store.Close(ctx, producer.CloseInput{StreamID: w.ids[i], From: 300, Seq: 301, Body: body, Status: producer.StatusComplete})
+		})
+	}
+	// A seal that bypassed the group would never wait for its slot: fail rather than spin.
+	require.Eventually(t, func() bool { return checkpoint.PendingWrites(w.store) == len(w.ids)-1 }, time.Minute, time.Millisecond,
+		"the seals wait for the group's only slot")
+	close(gate)
+	wg.Wait()
+
+	require.NoError(t, errs[0])
+	for i := 1; i < 8; i++ {
+		require.NoError(t, errs[i], w.ids[i])
+		var body, status string
+		var seq, chunks int64
+		require.NoError(t, w.db.Pool.QueryRow(ctx, "SELECT body, seq, status, (SELECT count(*) FROM message_chunks WHERE stream_id = $1) FROM messages WHERE id = $1", w.ids[i]).
+			Scan(&body, &seq, &status, &chunks))
+		require.Equal(t, text(i)+"!", body)
+		require.EqualValues(t, 301, seq)
+		require.Equal(t, "complete", status)
+		require.Zero(t, chunks, "compaction folded and deleted the chunk rows")
+	}
+	require.ErrorIs(t, errs[8], producer.ErrFenced)
+	seq, stored := w.stored(t, "g8")
+	require.Equal(t, producer.Seq(300), seq)
+	require.Equal(t, text(8), stored, "the fenced seal left the chunk rows it did not fold")
+	require.EqualValues(t, 1, w.fdb.groups.Load()-groups0, "the eight seals went in one transaction")
+	require.EqualValues(t, 1, w.fdb.queries.Load()-queries0, "only the fenced seal read its row back")
 }

@@ -42,7 +42,7 @@ type faultDB struct {
 
 	batches atomic.Int64
 	queries atomic.Int64
-	// batchText is the longest string argument any Batch (a seal, an open) has sent.
+	// batchText is the longest string argument any write has sent.
 	batchText atomic.Int64
 	groups    atomic.Int64 // WriteRows calls: group-commit transactions
 	grouped   atomic.Int64 // the writes they carried
@@ -52,19 +52,25 @@ func newFaultDB(inner checkpoint.DB) *faultDB {
 	return &faultDB{inner: inner, held: make(chan struct{}, 64)}
 }
 
+// noteText keeps batchText up to date with a write's arguments.
+func (f *faultDB) noteText(args []any) {
+	for _, a := range args {
+		if s, ok := a.(string); ok && int64(len(s)) > f.batchText.Load() {
+			f.batchText.Store(int64(len(s)))
+		}
+	}
+}
+
 func (f *faultDB) Batch(ctx context.Context, stmts ...checkpoint.Statement) error {
 	for _, st := range stmts {
-		for _, a := range st.Args {
-			if s, ok := a.(string); ok && int64(len(s)) > f.batchText.Load() {
-				f.batchText.Store(int64(len(s)))
-			}
-		}
+		f.noteText(st.Args)
 	}
 	return f.write(ctx, func(ctx context.Context) error { return f.inner.Batch(ctx, stmts...) })
 }
 
 // WriteRow is a write, faulted as Batch is.
 func (f *faultDB) WriteRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	f.noteText(args)
 	return f.write(ctx, func(ctx context.Context) error { return f.inner.WriteRow(ctx, sql, args, dest...) })
 }
 
@@ -73,6 +79,9 @@ func (f *faultDB) WriteRow(ctx context.Context, sql string, args []any, dest ...
 func (f *faultDB) WriteRows(ctx context.Context, writes []checkpoint.RowWrite) error {
 	f.groups.Add(1)
 	f.grouped.Add(int64(len(writes)))
+	for _, w := range writes {
+		f.noteText(w.Args)
+	}
 	return f.write(ctx, func(ctx context.Context) error {
 		return f.inner.(checkpoint.RowsWriter).WriteRows(ctx, writes)
 	})

@@ -76,7 +76,7 @@ var (
 
 // statements is the Store's SQL, built once from the mapping.
 type statements struct {
-	probeOpen, markStreaming, appendChunk, readRow, reclaimRow, compactBody, deleteChunks string
+	probeOpen, markStreaming, appendChunk, readRow, reclaimRow, seal string
 }
 
 // New validates cfg and returns a Store.
@@ -160,10 +160,6 @@ func New(cfg Config) (*Store, error) {
 		)
 		SELECT * FROM cas`, msg, q(c.Seq), q(c.Key), owned(hostArg), cancelCol,
 			q(t.Chunks), q(c.ChunkStream), q(c.ChunkSeq), q(c.ChunkText), traceCol, keyCol, traceVal, keyVal),
-		// The chunks go only if this compaction's own update landed: a fenced compaction must not
-		// delete chunks it did not fold into the body.
-		deleteChunks: fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND EXISTS (SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 AND %s = $3)",
-			q(t.Chunks), q(c.ChunkStream), msg, q(c.Key), q(c.Status), q(c.Seq)),
 		// The read-back of every write: length, status, holder, cancel flag and error message in
 		// one indexed point read.
 		readRow: row,
@@ -192,8 +188,20 @@ func New(cfg Config) (*Store, error) {
 		set += fmt.Sprintf(", %s = $4", q(c.Error))
 		keyArg = 5
 	}
-	s.compactBody = fmt.Sprintf("UPDATE %s m SET %s WHERE m.%s = $%d AND m.%s = $%d AND %s",
-		msg, set, q(c.Key), keyArg, q(c.Seq), keyArg+1, owned(keyArg+2))
+	// One statement, so a seal can share a group-commit transaction with other streams'
+	// checkpoints and its returned row confirms it, as an append's does. The chunks go only if
+	// this compaction's own update landed (a fenced compaction must not delete chunks it did not
+	// fold into the body). The sub-statements share one snapshot: the DELETE removes exactly the
+	// chunk rows the UPDATE folded, and no chunk can land between them, since every chunk insert
+	// rides a compare-and-swap of this row, which the UPDATE holds.
+	s.seal = fmt.Sprintf(`WITH sealed AS (
+			UPDATE %[1]s m SET %[2]s WHERE m.%[3]s = $%[4]d AND m.%[5]s = $%[6]d AND %[7]s
+			RETURNING m.%[5]s, m.%[8]s
+		), folded AS (
+			DELETE FROM %[9]s WHERE %[10]s = $%[4]d AND EXISTS (SELECT 1 FROM sealed)
+		)
+		SELECT * FROM sealed`,
+		msg, set, q(c.Key), keyArg, q(c.Seq), keyArg+1, owned(keyArg+2), q(c.Status), q(t.Chunks), q(c.ChunkStream))
 	return &Store{db: cfg.DB, group: group, t: t, token: token, sqlOf: s, hasHost: c.Host != ""}, nil
 }
 
@@ -401,7 +409,10 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 		if from < in.BodyFrom || from > n {
 			return fmt.Errorf("stream %s: close %s at %d: the row holds %d units, outside the retained text [%d, %d)", in.StreamID, in.Status, in.Seq, from, in.BodyFrom, n)
 		}
-		werr := s.compact(ctx, in, from, n)
+		done, werr := s.compact(ctx, in, from, n)
+		if done {
+			return nil
+		}
 		r, err := s.row(ctx, in.StreamID, false)
 		switch {
 		case err != nil && werr != nil:
@@ -423,7 +434,9 @@ func (s *Store) Close(ctx context.Context, in producer.CloseInput) error {
 }
 
 // compact sends one seal: the tail of in.Body from offset from, to a row that holds from units.
-func (s *Store) compact(ctx context.Context, in producer.CloseInput, from, n producer.Seq) error {
+// done means the statement's own row confirmed the seal (it committed); otherwise the caller's
+// read-back decides, err being the write's failure (nil when the statement matched no row).
+func (s *Store) compact(ctx context.Context, in producer.CloseInput, from, n producer.Seq) (done bool, err error) {
 	tail := producer.Slice16(in.Body, from-in.BodyFrom, n-in.BodyFrom)
 	args := []any{tail, int64(n), string(in.Status)}
 	if s.t.Columns.Error != "" {
@@ -437,17 +450,23 @@ func (s *Store) compact(ctx context.Context, in producer.CloseInput, from, n pro
 	if s.hasHost {
 		args = append(args, s.token)
 	}
-	stmts := []Statement{
-		{SQL: s.sqlOf.compactBody, Args: args},
-		{SQL: s.sqlOf.deleteChunks, Args: []any{in.StreamID, string(in.Status), int64(n)}},
-	}
 	// The seal writes no chunk row to carry its trace context, so (where the mapping carries
 	// trace context at all) it travels as a transactional logical-decoding message, which the
 	// CDC reader reads in the same transaction: the view's apply of the seal joins its trace.
+	// That seal is a transaction of its own, confirmed by the read-back.
 	if tp := traceparent(ctx); tp != nil && s.t.Columns.ChunkTraceparent != "" {
-		stmts = append(stmts, Statement{SQL: "SELECT pg_logical_emit_message(true, $1::text, $2::text)", Args: []any{TraceMessagePrefix, *tp}})
+		return false, s.db.Batch(ctx, Statement{SQL: s.sqlOf.seal, Args: args},
+			Statement{SQL: "SELECT pg_logical_emit_message(true, $1::text, $2::text)", Args: []any{TraceMessagePrefix, *tp}})
 	}
-	return s.db.Batch(ctx, stmts...)
+	var seq int64
+	var status string
+	switch err := s.group.write(ctx, s.sqlOf.seal, args, &seq, &status); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil // the row is not at from, or not this host's: the read-back says which
+	case err != nil:
+		return false, err
+	}
+	return seq == int64(n) && status == string(in.Status), nil
 }
 
 // traceparent formats the W3C traceparent of ctx's span, or NULL without one. An unsampled span
