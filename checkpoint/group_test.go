@@ -440,3 +440,33 @@ func TestGroupCommitCarriesSeals(t *testing.T) {
 	require.EqualValues(t, 1, w.fdb.groups.Load()-groups0, "the eight seals went in one transaction")
 	require.EqualValues(t, 1, w.fdb.queries.Load()-queries0, "only the fenced seal read its row back")
 }
+
+// An open's compare-and-swap rides the group commit and its returned row confirms the claim
+// (no read-back). A rival host's open matches nothing and its read-back names the holder; a
+// replay of the winner's open does the same and finds the row its own.
+func TestOpenIsConfirmedByItsOwnRow(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDBWith(t, 8)
+	fdb := newFaultDB(checkpoint.PoolDB(db.Pool))
+	ctx := t.Context()
+	_, err := db.Pool.Exec(ctx, "INSERT INTO messages (id, owner) VALUES ('m1', 'alice')")
+	require.NoError(t, err)
+	h1, err := checkpoint.New(checkpoint.Config{DB: fdb, HostID: "h1"})
+	require.NoError(t, err)
+	h2, err := checkpoint.New(checkpoint.Config{DB: fdb, HostID: "h2"})
+	require.NoError(t, err)
+
+	require.NoError(t, h1.Open(ctx, producer.OpenInput{StreamID: "m1"}))
+	require.Zero(t, fdb.queries.Load(), "the claim's own row confirmed it")
+	var host string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT host FROM messages WHERE id = 'm1'").Scan(&host))
+	require.Equal(t, "h1", host)
+
+	err = h2.Open(ctx, producer.OpenInput{StreamID: "m1"})
+	require.ErrorIs(t, err, producer.ErrOpenRefused)
+	require.ErrorContains(t, err, `"h1"`)
+	require.EqualValues(t, 1, fdb.queries.Load(), "the rival's read-back named the holder")
+
+	require.NoError(t, h1.Open(ctx, producer.OpenInput{StreamID: "m1"}), "a replayed open finds its own claim")
+	require.EqualValues(t, 2, fdb.queries.Load())
+}

@@ -169,7 +169,8 @@ func New(cfg Config) (*Store, error) {
 	}
 	if c.Host != "" {
 		// The CAS half of the single-flight guard: claim the row only if no producer holds it.
-		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming', %s = $1 WHERE %s = $2 AND %s <> 'streaming'", msg, q(c.Status), q(c.Host), q(c.Key), q(c.Status))
+		// Its returned row is the claim's confirmation, as an append's is.
+		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming', %s = $1 WHERE %s = $2 AND %s <> 'streaming' RETURNING %s", msg, q(c.Status), q(c.Host), q(c.Key), q(c.Status), q(c.Host))
 	} else {
 		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming' WHERE %s = $1", msg, q(c.Status), q(c.Key))
 	}
@@ -246,9 +247,10 @@ func (s *Store) CheckOpenable(ctx context.Context, streamID string) error {
 }
 
 // Open marks the row streaming. With a host column it is a compare-and-swap: the conditional
-// write claims the row only if nobody holds it, and the read-back names the winner. The
-// read-back runs whether or not the write's reply arrived, so an open whose reply was lost
-// reads its own claim back and proceeds; a replayed open does the same.
+// write claims the row only if nobody holds it. It rides the group commit, and its returned row
+// confirms the claim; without one (the row is held, or the reply was lost) the read-back names
+// the winner, so an open whose reply was lost reads its own claim back and proceeds, and a
+// replayed open does the same.
 func (s *Store) Open(ctx context.Context, in producer.OpenInput) error {
 	if !s.hasHost {
 		if err := s.db.Batch(ctx, Statement{SQL: s.sqlOf.markStreaming, Args: []any{in.StreamID}}); err != nil {
@@ -256,7 +258,14 @@ func (s *Store) Open(ctx context.Context, in producer.OpenInput) error {
 		}
 		return nil
 	}
-	werr := s.db.Batch(ctx, Statement{SQL: s.sqlOf.markStreaming, Args: []any{s.token, in.StreamID}})
+	var host *string
+	werr := s.group.write(ctx, s.sqlOf.markStreaming, []any{s.token, in.StreamID}, &host)
+	switch {
+	case werr == nil && host != nil && *host == s.token:
+		return nil
+	case errors.Is(werr, pgx.ErrNoRows):
+		werr = nil // the row is held (or already ours): the read-back says by whom
+	}
 	r, err := s.row(ctx, in.StreamID, false)
 	switch {
 	case err != nil && werr != nil:
