@@ -470,3 +470,48 @@ func TestOpenIsConfirmedByItsOwnRow(t *testing.T) {
 	require.NoError(t, h1.Open(ctx, producer.OpenInput{StreamID: "m1"}), "a replayed open finds its own claim")
 	require.EqualValues(t, 2, fdb.queries.Load())
 }
+
+// An open whose compare-and-swap lands late (it passed the probe, then waited: a slow pool, a
+// client that retried the open on another instance) must not claim a row that was opened,
+// streamed and sealed meanwhile: the claim's guard carries the probe's conditions (length 0,
+// not sealed), so it refuses, and the sealed answer is left as it was.
+func TestALateOpenCannotReopenASealedAnswer(t *testing.T) {
+	t.Parallel()
+	for _, host := range []bool{true, false} {
+		t.Run(fmt.Sprintf("host column %v", host), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewDBWith(t, 8)
+			ctx := t.Context()
+			_, err := db.Pool.Exec(ctx, "INSERT INTO messages (id, owner) VALUES ('m1', 'alice')")
+			require.NoError(t, err)
+			tables := checkpoint.DefaultTables()
+			late, winner := checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), Tables: tables}, checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), Tables: tables}
+			if host {
+				late.HostID, winner.HostID = "late", "winner"
+			} else {
+				late.Tables.Columns.Host, winner.Tables.Columns.Host = "", ""
+			}
+			l, err := checkpoint.New(late)
+			require.NoError(t, err)
+			w, err := checkpoint.New(winner)
+			require.NoError(t, err)
+
+			require.NoError(t, l.CheckOpenable(ctx, "m1"), "the late open passed its probe")
+			require.NoError(t, w.CheckOpenable(ctx, "m1"))
+			require.NoError(t, w.Open(ctx, producer.OpenInput{StreamID: "m1"}))
+			_, err = w.Append(ctx, producer.AppendInput{StreamID: "m1", From: 0, Seq: 5, Text: "hello"})
+			require.NoError(t, err)
+			require.NoError(t, w.Close(ctx, producer.CloseInput{StreamID: "m1", From: 5, Seq: 11, Body: "hello world", Status: producer.StatusComplete}))
+
+			err = l.Open(ctx, producer.OpenInput{StreamID: "m1"})
+			require.ErrorIs(t, err, producer.ErrOpenRefused)
+			require.ErrorContains(t, err, "sealed")
+			var body, status string
+			var seq int64
+			require.NoError(t, db.Pool.QueryRow(ctx, "SELECT body, seq, status FROM messages WHERE id = 'm1'").Scan(&body, &seq, &status))
+			require.Equal(t, "hello world", body)
+			require.EqualValues(t, 11, seq)
+			require.Equal(t, "complete", status, "the sealed answer is untouched")
+		})
+	}
+}

@@ -167,12 +167,23 @@ func New(cfg Config) (*Store, error) {
 		// reading the version from before it.
 		reclaimRow: row + " FOR SHARE",
 	}
+	// The claim carries CheckOpenable's conditions (length 0, not sealed), not only the probe
+	// before it: an open that passed its probe and then waited (a slow pool, a client that
+	// retried the open on another instance) must not reopen an answer opened, streamed and
+	// sealed meanwhile. (The seed's claim checks only that nobody is streaming.) An
+	// interrupted row at 0 is a released open and may be claimed again.
+	openable := fmt.Sprintf("%s = 0 AND (%s IS NULL OR %s NOT IN ('%s', '%s', '%s'",
+		q(c.Seq), q(c.Status), q(c.Status), producer.StatusComplete, producer.StatusCancelled, producer.StatusError)
 	if c.Host != "" {
 		// The CAS half of the single-flight guard: claim the row only if no producer holds it.
 		// Its returned row is the claim's confirmation, as an append's is.
-		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming', %s = $1 WHERE %s = $2 AND %s <> 'streaming' RETURNING %s", msg, q(c.Status), q(c.Host), q(c.Key), q(c.Status), q(c.Host))
+		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming', %s = $1 WHERE %s = $2 AND %s, 'streaming')) RETURNING %s",
+			msg, q(c.Status), q(c.Host), q(c.Key), openable, q(c.Host))
 	} else {
-		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming' WHERE %s = $1", msg, q(c.Status), q(c.Key))
+		// Without a host column a claim cannot tell a rival's from its own replay, so a
+		// streaming row is claimed again (the single-flight guard is the probe alone).
+		s.markStreaming = fmt.Sprintf("UPDATE %s SET %s = 'streaming' WHERE %s = $1 AND %s)) RETURNING %s",
+			msg, q(c.Status), q(c.Key), openable, q(c.Status))
 	}
 	// Compaction seals only a row this host still holds; its read-back tells a retried seal
 	// whose first reply was lost (the row already holds this seal) from a fence. The body is
@@ -216,6 +227,15 @@ func refused(streamID, format string, args ...any) error {
 	return &producer.OpenRefusedError{StreamID: streamID, Reason: fmt.Sprintf(format, args...)}
 }
 
+// unopenable is the refusal of a claim that matched no row although the probe had passed: the
+// probe, run again, says what changed.
+func (s *Store) unopenable(ctx context.Context, streamID string) error {
+	if err := s.CheckOpenable(ctx, streamID); err != nil {
+		return err
+	}
+	return refused(streamID, "its row changed while it was being opened")
+}
+
 // CheckOpenable is the read-only precondition on the message row: it exists, its length is a
 // number and zero (a regeneration is a new message id, never a resume of an advanced row), and no
 // producer holds it. Alone this is check-then-act; naming a host column closes the window with
@@ -253,7 +273,11 @@ func (s *Store) CheckOpenable(ctx context.Context, streamID string) error {
 // replayed open does the same.
 func (s *Store) Open(ctx context.Context, in producer.OpenInput) error {
 	if !s.hasHost {
-		if err := s.db.Batch(ctx, Statement{SQL: s.sqlOf.markStreaming, Args: []any{in.StreamID}}); err != nil {
+		var status *string
+		switch err := s.group.write(ctx, s.sqlOf.markStreaming, []any{in.StreamID}, &status); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return s.unopenable(ctx, in.StreamID)
+		case err != nil:
 			return fmt.Errorf("stream %s: open: %w", in.StreamID, err)
 		}
 		return nil
@@ -276,6 +300,8 @@ func (s *Store) Open(ctx context.Context, in producer.OpenInput) error {
 		return nil
 	case werr != nil:
 		return fmt.Errorf("stream %s: open: %w", in.StreamID, werr)
+	case r.status != string(producer.StatusStreaming):
+		return s.unopenable(ctx, in.StreamID) // sealed or advanced since the probe
 	}
 	winner := "NULL"
 	if r.host != nil {
