@@ -425,7 +425,12 @@ func (r *directReader) slow() {
 // stale from the reader's position. It holds the queue's lock throughout (copying encoded
 // frames takes no other lock), so a reader's turn locks its queue once, not once per frame plus
 // the poll that finds it empty.
-func (r *directReader) gather(buf []byte) (out []byte, ended, drained bool) {
+//
+// With let, a writer's gather that finds the queue empty lets go of the reader in the same
+// hold of the lock (released): the next frame makes the writer owner again through ready, and
+// a write that takes all of buf needs no second lock to let go. A write that does not is
+// settled by reclaim. The slow goroutine gathers without let: it lets go through release.
+func (r *directReader) gather(buf []byte, let bool) (out []byte, ended, drained, released bool) {
 	s := r.s
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -433,32 +438,38 @@ func (r *directReader) gather(buf []byte) (out []byte, ended, drained bool) {
 		q, end := s.pollLocked()
 		if q == nil {
 			if end {
-				return AppendSSE(buf, Frame{Type: FrameStale, FloorSeq: r.pos}), true, true
+				return AppendSSE(buf, Frame{Type: FrameStale, FloorSeq: r.pos}), true, true, false
 			}
-			return buf, false, true // nothing more is ready
+			if let && len(buf) > 0 && !s.finished && r.gone == nil {
+				// Frames that came during the turn are in buf: pending said only that.
+				s.pending = false
+				s.owner = ownerNone
+				return buf, false, true, true
+			}
+			return buf, false, true, false // nothing more is ready
 		}
 		if q.f.Type == FrameChunk {
 			r.pos = q.f.Seq
 		}
 		buf = appendEncoded(buf, q.f, q.sse)
 		if q.f.Terminal() {
-			return buf, true, true
+			return buf, true, true, false
 		}
 	}
-	return buf, false, false
+	return buf, false, false, false
 }
 
 // next is what the owner writes next: what the last write left (rest true), else every
 // frame ready, gathered into buf. ends reports the terminal frame at its end; drained, that
-// nothing else was ready (gather's).
-func (r *directReader) next(buf *[]byte) (b []byte, ends, rest, drained bool) {
+// nothing else was ready, and released that gather let go of the reader then (see gather).
+func (r *directReader) next(buf *[]byte, let bool) (b []byte, ends, rest, drained, released bool) {
 	if len(r.rest) > 0 {
 		b, ends = r.rest, r.restEnds
 		r.rest, r.restEnds = nil, false
-		return b, ends, true, false
+		return b, ends, true, false, false
 	}
-	*buf, ends, drained = r.gather((*buf)[:0])
-	return *buf, ends, false, drained
+	*buf, ends, drained, released = r.gather((*buf)[:0], let)
+	return *buf, ends, false, drained, released
 }
 
 // keep holds what a write left unwritten for the next turn: a copy when it is in the owner's
@@ -477,7 +488,7 @@ func (r *directReader) drain(buf *[]byte) (finished bool) {
 		if r.isFinished() {
 			return true
 		}
-		b, ends, _, _ := r.next(buf)
+		b, ends, _, _, _ := r.next(buf, false)
 		if len(b) == 0 {
 			return false
 		}
@@ -531,6 +542,9 @@ type directWrite struct {
 	ends    bool // b ends with the terminal frame
 	rest    bool // b is what the last write left (r.rest), not the writer's buffer
 	drained bool // nothing else was ready when b was gathered
+	// released: gather let go of the reader when it found the queue empty, so the writer
+	// no longer owns it once b is written (written settles a short write with reclaim)
+	released bool
 }
 
 // nextWrite is what the owner writes next (gathered into buf), or false when the reader needs
@@ -541,14 +555,14 @@ func (r *directReader) nextWrite(buf *[]byte) (directWrite, bool) {
 			r.release()
 			return directWrite{}, false
 		}
-		b, ends, rest, drained := r.next(buf)
+		b, ends, rest, drained, released := r.next(buf, true)
 		if len(b) == 0 {
 			if r.release() {
 				return directWrite{}, false
 			}
 			continue
 		}
-		return directWrite{b: b, ends: ends, rest: rest, drained: drained}, true
+		return directWrite{b: b, ends: ends, rest: rest, drained: drained, released: released}, true
 	}
 }
 
@@ -562,6 +576,17 @@ func (r *directReader) written(w directWrite, n int, err error) bool {
 		// reader's turn, and keep-alives need no finer (a ping comes at most touchEvery
 		// early, to a reader that had frames KeepAlive minus touchEvery ago).
 		r.lastWrite.Store(r.shard.now)
+	}
+	if w.released {
+		switch {
+		case err != nil:
+			r.finish(err)
+		case n < len(w.b):
+			r.reclaim(w.b[n:])
+		default:
+			r.shard.writes++
+		}
+		return false
 	}
 	switch {
 	case err != nil:
@@ -581,6 +606,28 @@ func (r *directReader) written(w directWrite, n int, err error) bool {
 	// The queue was empty after what was written: a frame queued since has set pending (the
 	// reader is owned), which release reports, so no poll is needed to find out.
 	return !(w.drained && r.release())
+}
+
+// reclaim settles a short write of bytes gathered by a gather that let go of the reader: left
+// goes first, before any frame queued since. A reader nobody took meanwhile goes to a
+// goroutine of its own, as a short write does on the fast path; one that a frame made the
+// writer's again is on the writer's list, and the writer's next turn writes left first.
+func (r *directReader) reclaim(left []byte) {
+	left = append([]byte(nil), left...) // it is in the writer's buffer, which the next gather reuses
+	r.mu.Lock()
+	switch {
+	case r.s.finished:
+		r.mu.Unlock()
+	case r.s.owner == ownerNone:
+		r.rest = left
+		r.s.owner = ownerSlow
+		r.mu.Unlock()
+		r.d.handoff.Add(1)
+		go r.slow()
+	default: // ownerWriter: on this writer's list, which only this goroutine takes
+		r.rest = left
+		r.mu.Unlock()
+	}
 }
 
 // ping is a writer's keep-alive for an idle reader it owns.

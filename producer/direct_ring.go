@@ -109,7 +109,8 @@ var errRingFailed = errors.New("producer: the send ring failed")
 // it), queues the sends, and submits them in one call. raw.Write holds a descriptor only for
 // the length of its callback, so the holds nest: each op's callback holds the next one, and
 // the last submits. Nothing in the nest may close a connection (a close waits for the holds);
-// the results are settled once it unwinds.
+// the results are settled once it unwinds. A close from elsewhere (the hang-up watch ending a
+// reader that gather let go of, ctx, Close) waits there for the submission to return.
 func (sh *directShard) submitOps() {
 	sh.ringErr = nil
 	sh.holdFrom(0)

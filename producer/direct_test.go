@@ -732,3 +732,120 @@ func TestDirectWriterRingFailureEndsTheReadersInDoubt(t *testing.T) {
 	require.Equal(t, ringSends, st.RingSends, "no send went through the broken ring")
 	require.Equal(t, failAt.Load(), submissions.Load(), "the ring was not used again")
 }
+
+// A writer lets go of a reader in the same hold of its queue's lock that finds the queue
+// empty, before it writes what it gathered. A write that then falls short keeps its bytes
+// ahead of every frame queued meanwhile: a reader that a frame made the writer's again has
+// them written first on the writer's next turn, one that nothing took goes to its own
+// goroutine, and one that ended meanwhile is left ended. The sink writes to the reader's real
+// socket, short when the schedule says so, so the client reads exactly what went out.
+func TestDirectWriterAShortWriteAfterLettingGo(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *producer.Config) { c.CheckpointChars = 1 << 30 })
+	s := w.open(t, "m")
+	d := newDirect(t, producer.DirectConfig{Writers: 1, KeepAlive: time.Hour})
+
+	// The schedule: each sink call takes the next step (all of p when none is left).
+	type step int
+	const (
+		pushThenHalf step = iota + 1 // a frame is queued during the write, which takes half
+		half                         // the write takes half, and nothing is queued meanwhile
+		endThenHalf                  // the client hangs up and its reader ends, then a short write
+	)
+	var (
+		mu     sync.Mutex
+		steps  []step
+		write  func([]byte) (int, error) // the current reader's socket
+		client net.Conn
+	)
+	plan := func(st ...step) {
+		mu.Lock()
+		defer mu.Unlock()
+		steps = append(steps, st...)
+	}
+	url, served := directServer(t, w.plane, d, func(c net.Conn) net.Conn {
+		nb, err := producer.NonblockingWrite(c)
+		if err != nil {
+			panic(err)
+		}
+		mu.Lock()
+		write = nb
+		mu.Unlock()
+		return c
+	})
+	ended := make(chan error, 1)
+	producer.SetDirectSink(d, func(_ int, p []byte) (int, error) {
+		mu.Lock()
+		var st step
+		if len(steps) > 0 {
+			st, steps = steps[0], steps[1:]
+		}
+		write, client := write, client
+		mu.Unlock()
+		switch st {
+		case pushThenHalf:
+			if err := s.Push("B😀"); err != nil {
+				return 0, err
+			}
+			return write(p[:len(p)/2])
+		case half:
+			return write(p[:len(p)/2])
+		case endThenHalf:
+			_ = client.Close()
+			ended <- <-served // the hang-up watch ended the reader: nobody owned it
+			return len(p) / 2, nil
+		}
+		return write(p)
+	})
+	connect := func() func() producer.Frame {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		mu.Lock()
+		client = c
+		mu.Unlock()
+		_, err = c.Write([]byte("GET /?id=m HTTP/1.1\r\nHost: x\r\n\r\n"))
+		require.NoError(t, err)
+		r := bufio.NewReader(c)
+		_, err = http.ReadResponse(r, nil) //nolint:bodyclose // the body is the event stream, read from r
+		require.NoError(t, err)
+		read := func() producer.Frame {
+			t.Helper()
+			f, err := streamtest.ReadFrame(r)
+			require.NoError(t, err)
+			return f
+		}
+		require.Equal(t, producer.FrameOpen, read().Type)
+		return read
+	}
+
+	read := connect()
+	// A frame queued during the short write: the rest of A, then B, on the fast path.
+	plan(pushThenHalf)
+	require.NoError(t, s.Push("A😀"))
+	a, b := read(), read()
+	require.Equal(t, []string{"A😀", "B😀"}, []string{a.Text, b.Text})
+	require.Zero(t, d.Stats().Handoffs, "a reader on the writer's list stays on the fast path")
+	// Nothing queued during the short write: its own goroutine writes the rest.
+	plan(half)
+	require.NoError(t, s.Push("C😀"))
+	require.Equal(t, "C😀", read().Text)
+	require.Equal(t, uint64(1), d.Stats().Handoffs)
+	mu.Lock()
+	require.Empty(t, steps, "every step ran")
+	_ = client.Close()
+	mu.Unlock()
+	require.ErrorContains(t, <-served, "the client went away")
+
+	// The reader ended during the short write: it stays ended, with the hang-up's error, and
+	// goes to no goroutine.
+	read = connect()
+	require.Equal(t, "A😀B😀C😀", read().Text, "the join from 0 catches up in one chunk")
+	require.NoError(t, s.Push("D😀"))
+	require.Equal(t, "D😀", read().Text)
+	plan(endThenHalf)
+	require.NoError(t, s.Push("E😀"))
+	require.ErrorContains(t, <-ended, "the client went away")
+	require.Eventually(t, func() bool { return d.Stats().Readers == 0 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, uint64(1), d.Stats().Handoffs, "an ended reader is not handed to a goroutine")
+}
