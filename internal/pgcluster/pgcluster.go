@@ -15,8 +15,11 @@
 // examples/stream in one checkout): each holds a shared lock on users.lock for as long as it
 // runs (the kernel drops it when a process dies, even by kill -9), and Stop stops the server
 // only when it can take that lock exclusively. start.lock serializes the start and the stop
-// decisions, so a program starting while another stops waits and then starts the server anew. Errors name the binary or step that failed and
-// carry its output; a missing binary says how to install it.
+// decisions, so a program starting while another stops waits and then starts the server anew.
+// An ephemeral cluster whose every user died before its Stop keeps running, since nothing else
+// stops it; Reap stops and removes it (the test harness reaps such clusters as it starts).
+// Errors name the binary or step that failed and carry its output; a missing binary says how
+// to install it.
 package pgcluster
 
 import (
@@ -122,14 +125,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	c.cfg.Dir = dir
 	c.data = filepath.Join(dir, "data")
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("pgcluster: running as root, PostgreSQL must run as another user, and there is no postgres user (Debian's postgresql package creates it): %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		c.runAs = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if c.runAs, err = serverUser(); err != nil {
+		return nil, err
+	}
+	if c.runAs != nil {
+		uid, gid := int(c.runAs.Uid), int(c.runAs.Gid)
 		if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 			if err != nil {
 				return err
@@ -262,6 +262,64 @@ func (c *Cluster) LogFile() string { return filepath.Join(c.cfg.Dir, "postgres.l
 
 // Restart starts the server again after Crash, replaying its WAL, with the settings it had.
 func (c *Cluster) Restart(ctx context.Context) error { return c.start(ctx) }
+
+// serverUser is who the server runs as: nil for this process's user, the postgres user as root.
+func serverUser() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: running as root, PostgreSQL must run as another user, and there is no postgres user (Debian's postgresql package creates it): %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// Reap stops the server of the ephemeral cluster in dir and removes dir, if no program uses it
+// any more: one whose every user was killed before its Stop (a fuzz worker ended by its
+// coordinator, a test binary killed at its timeout) leaves a running server behind, which
+// nothing else would stop. It reports whether it reaped. A directory that a live program
+// uses, or that is not a started cluster yet (no users.lock: initdb may still be running),
+// is left alone. Only for directories made for one run (Ephemeral), never a kept one.
+func Reap(ctx context.Context, dir string) (bool, error) {
+	users := filepath.Join(dir, "users.lock")
+	if _, err := os.Stat(users); err != nil {
+		return false, nil //nolint:nilerr // not started (yet), or gone: nothing to reap
+	}
+	unlock, err := lockFile(filepath.Join(dir, "start.lock"), syscall.LOCK_EX)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil // its last user's Stop removed it meanwhile
+	}
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	f, err := os.OpenFile(users, os.O_RDWR, 0o600)
+	if err != nil {
+		return false, nil //nolint:nilerr // removed meanwhile by its last user's Stop
+	}
+	defer func() { _ = f.Close() }()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return false, nil // a live program holds its shared lock
+	}
+	pgCtl, err := Binary("pg_ctl")
+	if err != nil {
+		return false, err
+	}
+	c := &Cluster{cfg: Config{Dir: dir, Ephemeral: true}, data: filepath.Join(dir, "data"), pgCtl: pgCtl}
+	if c.runAs, err = serverUser(); err != nil {
+		return false, err
+	}
+	if out, err := c.command(ctx, c.pgCtl, "stop", "-D", c.data, "-m", "immediate", "-w").CombinedOutput(); err != nil && !strings.Contains(string(out), "Is server running?") {
+		return false, fmt.Errorf("pgcluster: reap %s: pg_ctl stop: %w\n%s", dir, err, out)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return false, fmt.Errorf("pgcluster: reap %s: %w", dir, err)
+	}
+	return true, nil
+}
 
 // lockFile takes a flock of how on path (created if missing) and returns its release.
 func lockFile(path string, how int) (func(), error) {

@@ -1,10 +1,13 @@
 package pgcluster_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -142,4 +145,87 @@ func TestACrashKeepsWhatWasCommitted(t *testing.T) {
 	log, err := os.ReadFile(c.LogFile())
 	require.NoError(t, err)
 	require.Contains(t, string(log), "not properly shut down", "the restart recovered from a crash, not a clean stop")
+}
+
+// reapChildEnv names the cluster directory of TestReapHelperStartsAndWaits, run as a child.
+const reapChildEnv = "PGCLUSTER_REAP_CHILD_DIR"
+
+// TestReapHelperStartsAndWaits is the child of TestReapStopsOnlyAClusterNobodyUses: it starts
+// an ephemeral cluster, says so on stdout, and waits to be killed. Skipped in a normal run.
+func TestReapHelperStartsAndWaits(t *testing.T) {
+	dir := os.Getenv(reapChildEnv)
+	if dir == "" {
+		t.Skip("the child of TestReapStopsOnlyAClusterNobodyUses")
+	}
+	_, err := pgcluster.Start(context.Background(), pgcluster.Config{Dir: dir, Ephemeral: true})
+	require.NoError(t, err)
+	fmt.Println("started")
+	select {} // until killed, with no Stop
+}
+
+// A program killed before its Stop (a fuzz worker its coordinator ended) leaves its server
+// running. Reap stops it and removes the directory once no program uses it, and leaves alone a
+// cluster a live program uses and a directory that is not a started cluster yet.
+func TestReapStopsOnlyAClusterNobodyUses(t *testing.T) {
+	ctx := context.Background()
+	dir := clusterDir(t, "orphan")
+	child := exec.Command(os.Args[0], "-test.run=^TestReapHelperStartsAndWaits$")
+	child.Env = append(os.Environ(), reapChildEnv+"="+dir)
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	t.Cleanup(func() {
+		_ = child.Process.Kill()
+		_, _ = pgcluster.Reap(ctx, dir) // on a failure below, nothing is left running
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "started\n", line)
+	pid := postmasterPID(t, dir)
+	require.True(t, running(pid))
+
+	reaped, err := pgcluster.Reap(ctx, dir)
+	require.NoError(t, err)
+	require.False(t, reaped, "the child still uses the cluster")
+	require.True(t, running(pid))
+
+	require.NoError(t, child.Process.Kill())
+	_ = child.Wait()
+	require.True(t, running(pid), "a killed user's server keeps running: nothing stops it")
+	reaped, err = pgcluster.Reap(ctx, dir)
+	require.NoError(t, err)
+	require.True(t, reaped)
+	require.False(t, running(pid), "pg_ctl stop -w returned: the server is gone")
+	_, err = os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	// A directory whose cluster is not started yet (initdb may be running) is not a cluster to reap.
+	fresh := clusterDir(t, "fresh")
+	require.NoError(t, os.MkdirAll(filepath.Join(fresh, "data"), 0o700))
+	reaped, err = pgcluster.Reap(ctx, fresh)
+	require.NoError(t, err)
+	require.False(t, reaped)
+	require.DirExists(t, fresh)
+}
+
+// postmasterPID is the pid in dir's postmaster.pid.
+func postmasterPID(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	require.NoError(t, err)
+	return pid
+}
+
+// running reports whether pid is a live process (a zombie, exited but not yet reaped, is not).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }

@@ -97,6 +97,7 @@ func Start(durable bool) (*Cluster, error) {
 	if url := os.Getenv(EnvURL); url != "" {
 		c.AdminURL = url
 	} else {
+		reapOrphans(ctx)
 		dir, err := os.MkdirTemp("", "rindle-pg-")
 		if err != nil {
 			return nil, err
@@ -134,6 +135,20 @@ func Start(durable bool) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// reapOrphans stops and removes the private clusters of test processes that were killed
+// before their Stop (a fuzz worker its coordinator ended, a binary killed at its timeout):
+// nothing else stops their servers. Clusters in use are left alone (pgcluster.Reap).
+func reapOrphans(ctx context.Context) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "rindle-pg-*"))
+	for _, dir := range dirs {
+		if reaped, err := pgcluster.Reap(ctx, dir); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+		} else if reaped {
+			fmt.Fprintln(os.Stderr, "pgtest: stopped and removed the cluster of a test process that was killed before its cleanup:", dir)
+		}
+	}
 }
 
 // Stop stops a private cluster and removes it; for an external server it drops the template.
