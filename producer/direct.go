@@ -302,15 +302,71 @@ type directReader struct {
 
 func (r *directReader) touch() { r.lastWrite.Store(time.Now().UnixNano()) }
 
-// ready is the subscription's hook for a frame queued on an empty queue (called with the
-// stream's lock and r.mu, the subscriber's, held: it only takes the shard's list lock).
-func (r *directReader) ready() {
+// ready is the subscription's hook for a frame queued on an empty queue (called with r.mu, the
+// subscriber's lock, held, and the stream's when the producer queues). The writer becomes the
+// reader's owner; the reader goes on its writer's list at once, or with b's flush.
+func (r *directReader) ready(b *readyBatch) {
 	if r.s.finished || r.s.owner != ownerNone {
 		r.s.pending = true
 		return
 	}
 	r.s.owner = ownerWriter
-	r.shard.push(r)
+	if b == nil {
+		r.shard.push(r)
+		return
+	}
+	b.add(r)
+}
+
+// readyBatch gathers the readers one fan-out makes ready, a list per writer, and puts each
+// list on its writer's with one compare-and-swap (and at most one wake-up) per readyBatchLen
+// readers. A compare-and-swap per reader-frame moved the list's head between the producer's
+// core and a writer's that was taking it meanwhile, and woke the writer more often. A reader
+// in a batch is owned by its writer (ownerWriter) before the writer can see it: nothing but
+// the writer's turn acts on that, and the batch is flushed before the fan-out returns.
+type readyBatch struct {
+	lists []readyList
+}
+
+// readyList is a writer's readers of a readyBatch, newest first, linked as the writer's list is.
+type readyList struct {
+	sh         *directShard
+	head, tail *directReader
+	n          int
+}
+
+// readyBatchLen bounds how many readers a writer waits for while the producer goes on: the
+// writer starts on the first ones while the rest of a large fan-out is queued.
+const readyBatchLen = 64
+
+func (b *readyBatch) add(r *directReader) {
+	i := 0
+	for i < len(b.lists) && b.lists[i].sh != r.shard {
+		i++
+	}
+	if i == len(b.lists) {
+		b.lists = append(b.lists, readyList{sh: r.shard})
+	}
+	l := &b.lists[i]
+	r.s.nextDirty = l.head
+	l.head = r
+	if l.tail == nil {
+		l.tail = r
+	}
+	if l.n++; l.n == readyBatchLen {
+		l.sh.pushList(l.head, l.tail)
+		l.head, l.tail, l.n = nil, nil, 0
+	}
+}
+
+// flush puts every list gathered on its writer's.
+func (b *readyBatch) flush() {
+	for i := range b.lists {
+		if l := &b.lists[i]; l.head != nil {
+			l.sh.pushList(l.head, l.tail)
+			l.head, l.tail, l.n = nil, nil, 0
+		}
+	}
 }
 
 // release gives up ownership, unless a frame came meanwhile (then the owner goes around
@@ -646,8 +702,9 @@ type directShard struct {
 	writes uint64        // fast writes of the writer's current turn (the writer's own), added to fast at its end
 	fast   atomic.Uint64 // per writer, so writers do not share a counter's cache line
 	// dirty is the readers with frames for the writer, newest first, linked through
-	// nextDirty: producers push with a compare-and-swap (no lock per reader-frame), the writer
-	// takes the whole list at once. A reader is on it at most once: it is pushed when a writer
+	// nextDirty: producers push a fan-out's readers with a compare-and-swap per part of its
+	// readyBatch (no lock, nor a compare-and-swap, per reader-frame), the writer takes the
+	// whole list at once. A reader is on it at most once: it is pushed when a writer
 	// becomes its owner, and only the writer, having taken it off, lets go of it.
 	dirty atomic.Pointer[directReader]
 	batch []*directReader // the writer's turn, oldest first (the writer's own)
@@ -667,11 +724,17 @@ type directShard struct {
 }
 
 func (sh *directShard) push(r *directReader) {
+	sh.pushList(r, r)
+}
+
+// pushList puts the readers from head to tail (linked through nextDirty, newest first) on the
+// writer's list.
+func (sh *directShard) pushList(head, tail *directReader) {
 	for {
-		head := sh.dirty.Load()
-		r.s.nextDirty = head
-		if sh.dirty.CompareAndSwap(head, r) {
-			if head == nil { // the list was empty: the writer may be waiting
+		old := sh.dirty.Load()
+		tail.s.nextDirty = old
+		if sh.dirty.CompareAndSwap(old, head) {
+			if old == nil { // the list was empty: the writer may be waiting
 				select {
 				case sh.wake <- struct{}{}:
 				default:

@@ -106,7 +106,10 @@ func deliversEveryFrameInOrder(t *testing.T, plain bool) {
 	// No keep-alive falls in the test (a ping is a write(2) even with the ring).
 	d := newDirect(t, producer.DirectConfig{Writers: 2, PlainWrites: plain, KeepAlive: time.Hour})
 	url, served := directServer(t, w.plane, d, nil)
-	const readers, pushes = 20, 300
+	// More readers than a writer takes in one part of a fan-out's batch (readyBatchLen): a
+	// fan-out puts each writer's readers on its list in parts, and the last part at its end.
+	const readers, pushes = 150, 300
+	require.Greater(t, readers/2, producer.ReadyBatchLen)
 	bodies := make([]*bufio.Reader, readers)
 	for i := range readers {
 		resp, err := http.Get(url + "/?id=m")

@@ -39,3 +39,6 @@ func Draining(s *LiveStream) bool {
 	defer s.mu.Unlock()
 	return s.draining
 }
+
+// ReadyBatchLen is how many readers of one fan-out a writer's list gets at a time.
+const ReadyBatchLen = readyBatchLen

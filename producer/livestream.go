@@ -33,6 +33,7 @@ type LiveStream struct {
 	detached   bool          // the plane closed: no more commits, timers or readers
 	subs       []*subscriber
 	arena      frameArena // the shared live frames readers queue
+	ready      readyBatch // the direct readers a fan-out made ready (under mu)
 	sealing    *sealRequest
 	sealDone   chan struct{} // closed once ended
 	sealTry    chan struct{} // closed, and replaced, after each seal attempt that failed

@@ -718,7 +718,7 @@ func (p *Plane) relaySubscription(streamID string, from Seq, src FrameSource) *S
 				sub.finish(f)
 				return false
 			}
-			if !sub.offer(&queued{f: f}) {
+			if !sub.offer(&queued{f: f}, nil) {
 				// The same bound as a local reader.
 				if st := conform.Fail(); len(st) > 0 {
 					sub.finish(st[0])

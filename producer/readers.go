@@ -14,9 +14,10 @@ func (s *LiveStream) fanoutLocked(f Frame) {
 	}
 	// A live frame is the same bytes for every reader: encode it once, here, and share them.
 	q := s.arena.encode(f)
+	b := &s.ready
 	for i := 0; i < len(s.subs); {
 		sub := s.subs[i]
-		if !sub.offer(q) {
+		if !sub.offer(q, b) {
 			// Bounded, then dropped: a reader that stopped draining costs itself a rejoin.
 			s.removeSubLocked(sub, true)
 			sub.finish(Frame{Type: FrameStale, FloorSeq: s.buf.from, DurableSeq: s.durableSeq})
@@ -24,6 +25,7 @@ func (s *LiveStream) fanoutLocked(f Frame) {
 		}
 		i++
 	}
+	b.flush()
 }
 
 // removeSubLocked unregisters a reader, once: stale says it was dropped for not draining.

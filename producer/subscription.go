@@ -42,7 +42,7 @@ type subscriber struct {
 	// ready, if set, is called in place of each token (under mu, and the stream's lock when the
 	// producer queues): a DirectWriter's hook, which polls instead of a goroutine waiting on
 	// notify.
-	ready func()
+	ready func(*readyBatch)
 	_     [128 - 104]byte // 128 bytes: the allocator's 128-byte class keeps the first line whole
 }
 
@@ -57,10 +57,10 @@ func newSubscriber(capacity int, detach func(*subscriber)) *subscriber {
 	return &subscriber{cap: capacity, notify: make(chan struct{}, 1), detach: detach, idx: -1}
 }
 
-func (s *subscriber) wake() {
+func (s *subscriber) wake(b *readyBatch) {
 	if s.ready != nil {
 		// A DirectWriter's reader: its owner polls; nobody waits on notify.
-		s.ready()
+		s.ready(b)
 		return
 	}
 	select {
@@ -70,15 +70,16 @@ func (s *subscriber) wake() {
 }
 
 // setReady installs the hook wake calls.
-func (s *subscriber) setReady(f func()) {
+func (s *subscriber) setReady(f func(*readyBatch)) {
 	s.mu.Lock()
 	s.ready = f
 	s.mu.Unlock()
 }
 
 // offer queues a frame (with its shared SSE encoding, or nil). It returns false when the queue
-// is full: the caller drops the reader.
-func (s *subscriber) offer(q *queued) bool {
+// is full: the caller drops the reader. A DirectWriter's reader that the frame makes ready joins
+// b, when b is not nil (see readyBatch), else its writer's list at once.
+func (s *subscriber) offer(q *queued, b *readyBatch) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done {
@@ -95,7 +96,7 @@ func (s *subscriber) offer(q *queued) bool {
 	// found the queue empty, and frames behind the first are taken by the polls that follow it.
 	if n == 0 {
 		s.one = q
-		s.wake()
+		s.wake(b)
 		return true
 	}
 	s.queue = append(s.queue, q)
@@ -111,7 +112,7 @@ func (s *subscriber) finish(f Frame) {
 	}
 	s.queue = append(s.queue, &queued{f: f})
 	s.done = true
-	s.wake()
+	s.wake(nil)
 }
 
 // poll takes the next frame without blocking. q is nil when none is queued; end is true when
@@ -154,7 +155,7 @@ func (s *subscriber) close() {
 	s.one = nil
 	s.queue = nil
 	s.head = 0
-	s.wake()
+	s.wake(nil)
 	s.mu.Unlock()
 	if !already && s.detach != nil {
 		s.detach(s)
