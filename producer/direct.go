@@ -354,8 +354,7 @@ func (b *readyBatch) add(r *directReader) {
 		l.tail = r
 	}
 	if l.n++; l.n == readyBatchLen {
-		l.sh.pushList(l.head, l.tail)
-		l.head, l.tail, l.n = nil, nil, 0
+		l.push()
 	}
 }
 
@@ -363,10 +362,15 @@ func (b *readyBatch) add(r *directReader) {
 func (b *readyBatch) flush() {
 	for i := range b.lists {
 		if l := &b.lists[i]; l.head != nil {
-			l.sh.pushList(l.head, l.tail)
-			l.head, l.tail, l.n = nil, nil, 0
+			l.push()
 		}
 	}
+}
+
+// push puts the list's readers on its writer's list and starts it anew.
+func (l *readyList) push() {
+	l.sh.pushList(l.head, l.tail)
+	l.head, l.tail, l.n = nil, nil, 0
 }
 
 // release gives up ownership, unless a frame came meanwhile (then the owner goes around
