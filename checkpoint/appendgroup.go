@@ -25,10 +25,17 @@ func appendKey(j *appendJob) string { return j.in.Path }
 // the others), or the group's transaction failed before it wrote anything.
 var errAlone = errors.New("checkpoint: append alone")
 
+// LargeAppendBytes is the body size from which an append is a transaction of its own, outside
+// the group commit's slots, as it would be with group commit off. Such a transaction takes time in
+// proportion to its body (an 8 MiB append takes tens of milliseconds), and with one slot, every
+// other stream's appends would wait that long behind it; below this size, a group of many small
+// appends costs less than their transactions would alone.
+const LargeAppendBytes = 64 << 10
+
 // appendGrouped is one try of Append through the group commit (errExpired when the stream
 // has expired).
 func (p *Protocol) appendGrouped(ctx context.Context, in AppendStream) (AppendOutcome, error) {
-	if p.appends == nil {
+	if p.appends == nil || len(in.Text) >= LargeAppendBytes {
 		return p.appendOnce(ctx, in)
 	}
 	j, err := p.appends.do(ctx, appendJob{in: in})

@@ -400,3 +400,42 @@ func TestAHeldProducerRowTakesNoAppendSlot(t *testing.T) {
 	require.NoError(t, h.err)
 	require.Equal(t, "h0h1", f.read("held"))
 }
+
+// An append of LargeAppendBytes or more is a transaction of its own, outside the one slot: with
+// the slot taken, it is answered, and a small append to another stream waits for the slot. A
+// long transaction (an 8 MiB body) so never holds every other stream's appends.
+func TestALargeAppendTakesNoAppendSlot(t *testing.T) {
+	t.Parallel()
+	f := newGroupFixture(t, "large", "small")
+	release := checkpoint.HoldAppendSlots(f.p)
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	small := f.start(f.text("small", "s"))
+	require.Eventually(t, func() bool { return checkpoint.PendingAppends(f.p) == 1 }, time.Minute, time.Millisecond)
+	body := strings.Repeat("L", checkpoint.LargeAppendBytes)
+	large := recv(t, f.start(f.text("large", body)))
+	require.NoError(t, large.err)
+	require.Equal(t, producer.Seq(len(body)), large.out.Tail)
+	require.Equal(t, 1, checkpoint.PendingAppends(f.p), "the small append still waits for the slot")
+	select {
+	case r := <-small:
+		t.Fatalf("the small append was answered while the slot was held: %+v", r)
+	default:
+	}
+	release()
+	release = nil
+	require.NoError(t, recv(t, small).err)
+	require.Equal(t, body, f.read("large"))
+	require.Equal(t, "s", f.read("small"))
+
+	// One byte less goes through the group commit: it waits for the slot like any other.
+	release = checkpoint.HoldAppendSlots(f.p)
+	below := f.start(f.text("large", body[1:]))
+	require.Eventually(t, func() bool { return checkpoint.PendingAppends(f.p) == 1 }, time.Minute, time.Millisecond)
+	release()
+	release = nil
+	require.NoError(t, recv(t, below).err)
+}

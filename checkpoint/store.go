@@ -46,15 +46,18 @@ type Config struct {
 	MaxGroup int
 }
 
-// The group commit's defaults. DefaultAppendWriters is the Durable Streams appends': fewer
-// transactions at once than the checkpoints', because an HTTP append's writer comes back only
-// after its client's next request, so with four slots most appends found one free and ran
-// alone. With two, `tools/appendload` (fresh rindled per run, 2026-12-06) made 1.06–1.34× the
-// appends/s of four with 8 writers and 1.11–1.17× with 32, PostgreSQL spending a quarter less
-// CPU per append.
+// The group commit's defaults. DefaultAppendWriters is the Durable Streams appends': one
+// transaction at a time, where the checkpoints' run four. An HTTP append's writer comes back
+// only after its client's next request, so while a transaction runs the others' next appends
+// trickle in; with a second slot free, the first of them ran at once in a group of its own, and
+// the groups stayed small. With one slot they wait and go together, which on two cores shared
+// with PostgreSQL and the client is cheaper per append on both sides: `tools/appendload` (8
+// writers, a fresh rindled per run, 2026-12-07) made 1.04–1.24× the appends/s of two slots, with
+// 4.2 appends per transaction against 3.0–3.6. Appends of LargeAppendBytes or more run outside
+// the slots, so one long transaction does not hold every other stream's appends.
 const (
 	DefaultWriters       = 4
-	DefaultAppendWriters = 2
+	DefaultAppendWriters = 1
 	DefaultMaxGroup      = 64
 )
 
