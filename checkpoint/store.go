@@ -51,10 +51,12 @@ type Config struct {
 // only after its client's next request, so while a transaction runs the others' next appends
 // trickle in; with a second slot free, the first of them ran at once in a group of its own, and
 // the groups stayed small. With one slot they wait and go together, which on two cores shared
-// with PostgreSQL and the client is cheaper per append on both sides: `tools/appendload` (8
-// writers, a fresh rindled per run, 2026-12-07) made 1.04–1.24× the appends/s of two slots, with
-// 4.2 appends per transaction against 3.0–3.6. Appends of LargeAppendBytes or more run outside
-// the slots, so one long transaction does not hold every other stream's appends.
+// with PostgreSQL and the client is cheaper per append on both sides. `tools/appendload` with 8
+// writers, against a fresh rindled and cluster per run, one slot beside two (2026-12-07, six
+// alternating pairs): 1.21× the appends/s at the median (0.84–1.27), 4.3–5.5 appends per
+// transaction against 2.8–3.2, and 434–581 µs of CPU per append in rindled and PostgreSQL
+// together against 573–710. Appends of LargeAppendBytes or more run outside the slots, so one
+// long transaction does not hold every other stream's appends.
 const (
 	DefaultWriters       = 4
 	DefaultAppendWriters = 1

@@ -1,23 +1,58 @@
 #!/bin/bash
-# run.sh W [RUNS]: appendload with W writers against a fresh rindled per repetition, group
-# commit on (-streams-append-group 64) and off (1) alternating, RUNS (3) repetitions each.
+# run.sh W [RUNS] [FLAGS_A] [FLAGS_B]: appendload with W writers against a fresh rindled (and a
+# fresh cluster) per repetition, started with FLAGS_A and with FLAGS_B in turn, RUNS (3)
+# repetitions each. By default A is group commit on (-streams-append-group 64) and B off (1);
+#
+#	bash tools/appendload/run.sh 8 6 "-streams-append-writers 1" "-streams-append-writers 2"
+#
+# compares one append transaction at a time with two. Each line gives the appends/s, the
+# appends per transaction (PostgreSQL's commits), and the CPU per append of rindled and of its
+# PostgreSQL (every process of the cluster, read from /proc).
 set -euo pipefail
 W=${1:-8}
 RUNS=${2:-3}
+A=${3:--streams-append-group 64}
+B=${4:--streams-append-group 1}
+SECS=5
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 chmod 755 "$work"
 trap 'pkill -f "$work/rindled -addr" || true; rm -rf "$work"' EXIT
 go build -o "$work/rindled" ./cmd/rindled
 go build -o "$work/appendload" ./tools/appendload
+
+# ticks PID: the user and system clock ticks of PID and of its children (a postmaster's
+# backends), one "pid ticks" line each.
+ticks() {
+	local c
+	for c in "$1" $(pgrep -P "$1" || true); do
+		awk -v p="$c" '{print p, $14 + $15}' "/proc/$c/stat" 2>/dev/null || true
+	done
+}
+commits() {
+	psql -h "$work/data/pg" -U postgres -d rindle -Atc "SELECT xact_commit FROM pg_stat_database WHERE datname = 'rindle'"
+}
+hz=$(getconf CLK_TCK)
 for rep in $(seq "$RUNS"); do
-	for g in 64 1; do
+	for flags in "$A" "$B"; do
 		rm -rf "$work/data"
-		"$work/rindled" -addr 127.0.0.1:18090 -data "$work/data" -demo false -streams-append-group "$g" >"$work/log" 2>&1 &
+		# shellcheck disable=SC2086 # the flags are words
+		"$work/rindled" -addr 127.0.0.1:18090 -data "$work/data" -demo false $flags >"$work/log" 2>&1 &
 		pid=$!
 		for _ in $(seq 120); do curl -sf localhost:18090/readyz >/dev/null 2>&1 && break; sleep 1; done
 		token=$("$work/rindled" token -data "$work/data" -sub load -scope "producer admin")
-		echo "rep $rep group $g W$W: $("$work/appendload" -base http://127.0.0.1:18090 -token "$token" -w "$W" -s 5)"
+		pg=$(pgrep -f "postgres -D $work/data/pg/data" | head -1)
+		c0=$(commits)
+		{ ticks "$pid"; ticks "$pg"; } | sort -k1,1 >"$work/cpu0"
+		out=$("$work/appendload" -base http://127.0.0.1:18090 -token "$token" -w "$W" -s "$SECS")
+		{ ticks "$pid"; ticks "$pg"; } | sort -k1,1 >"$work/cpu1"
+		c1=$(commits)
+		rate=${out%% appends/s*}
+		# A process that started during the run (a backend) counts from zero.
+		cpu=$(join -a2 "$work/cpu0" "$work/cpu1" | awk -v rp="$pid" '{ d = (NF == 2) ? $2 : $3 - $2; if ($1 == rp) r += d; else p += d } END { print r + 0, p + 0 }')
+		echo "rep $rep [$flags] W$W: $out; $(awk -v r="$rate" -v s="$SECS" -v c="$((c1 - c0))" -v hz="$hz" -v cpu="$cpu" 'BEGIN {
+			split(cpu, t, " "); n = r * s
+			printf "%.2f appends per transaction; CPU per append: rindled %.0f µs, PostgreSQL %.0f µs", n / c, t[1] / hz / n * 1e6, t[2] / hz / n * 1e6 }')"
 		kill "$pid"
 		wait "$pid" || true
 	done
