@@ -219,11 +219,22 @@ func TestGroupedAppendsOfALostCommitAllFail(t *testing.T) {
 // some appends' callers leaving before the answer. Every acknowledged append is stored exactly
 // once, in the order of its producer's seq; nothing refused is stored. Groups form (more
 // writers than transactions), and each stream's text is its producer's acknowledged appends.
+// Some appends are large (LargeAppendBytes), and so transactions of their own beside the groups.
+// With one transaction at a time (the default) and with two.
 func TestGroupedAppendsRandomSchedules(t *testing.T) {
 	t.Parallel()
+	for _, writers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("Writers=%d", writers), func(t *testing.T) {
+			t.Parallel()
+			groupedAppendsRandomSchedule(t, writers)
+		})
+	}
+}
+
+func groupedAppendsRandomSchedule(t *testing.T, writers int) {
 	db := pgtest.NewDB(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool, Writers: 2})
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool, Writers: writers})
 	require.NoError(t, err)
 	same := func(a, b string) bool { return a == b }
 	const streams, perStream = 12, 40
@@ -242,6 +253,9 @@ func TestGroupedAppendsRandomSchedules(t *testing.T) {
 			var seq int64
 			for seq < perStream {
 				text := fmt.Sprintf("<%d:%d>", s, seq)
+				if rng.IntN(10) == 0 {
+					text = fmt.Sprintf("<%d:%d:%s>", s, seq, strings.Repeat("x", checkpoint.LargeAppendBytes))
+				}
 				in := checkpoint.AppendStream{Path: path, ContentType: "text/plain", Text: text, SameType: same,
 					Producer: &checkpoint.ProducerRef{ID: "p", Epoch: 0, Seq: seq}}
 				switch rng.IntN(8) {
@@ -282,9 +296,9 @@ func TestGroupedAppendsRandomSchedules(t *testing.T) {
 	}
 	wg.Wait()
 	for s := range streams {
-		_, text, _, err := p.Read(ctx, fmt.Sprintf("s%d", s), 0, 1<<20, false)
+		_, text, _, err := p.Read(ctx, fmt.Sprintf("s%d", s), 0, 64<<20, false)
 		require.NoError(t, err)
-		require.Equal(t, want[s].String(), text, "stream s%d (seed %d)", s, seed)
+		require.True(t, want[s].String() == text, "stream s%d (seed %d): %d bytes stored, %d acknowledged", s, seed, len(text), want[s].Len())
 	}
 	require.Positive(t, checkpoint.GroupedAppends(p), "appends went in groups")
 }
