@@ -43,9 +43,9 @@ for rep in $(seq "$RUNS"); do
 		token=$("$work/rindled" token -data "$work/data" -sub load -scope "producer admin")
 		pg=$(pgrep -f "postgres -D $work/data/pg/data" | head -1)
 		c0=$(commits)
-		{ ticks "$pid"; ticks "$pg"; } | sort -k1,1 >"$work/cpu0"
+		{ ticks "$pid"; ticks "$pg"; } | sort -u -k1,1 >"$work/cpu0"
 		out=$("$work/appendload" -base http://127.0.0.1:18090 -token "$token" -w "$W" -s "$SECS")
-		{ ticks "$pid"; ticks "$pg"; } | sort -k1,1 >"$work/cpu1"
+		{ ticks "$pid"; ticks "$pg"; } | sort -u -k1,1 >"$work/cpu1"
 		c1=$(commits)
 		rate=${out%% appends/s*}
 		# A process that started during the run (a backend) counts from zero.
