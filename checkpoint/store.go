@@ -53,10 +53,12 @@ type Config struct {
 // the groups stayed small. With one slot they wait and go together, which on two cores shared
 // with PostgreSQL and the client is cheaper per append on both sides. `tools/appendload` with 8
 // writers, against a fresh rindled and cluster per run, one slot beside two (2026-12-07, six
-// alternating pairs): 1.21× the appends/s at the median (0.84–1.27), 4.3–5.5 appends per
-// transaction against 2.8–3.2, and 434–581 µs of CPU per append in rindled and PostgreSQL
-// together against 573–710. Appends of LargeAppendBytes or more run outside the slots, so one
-// long transaction does not hold every other stream's appends.
+// alternating pairs): 1.21× the appends/s at the median (0.84–1.27), and 434–581 µs of CPU per
+// append in rindled and PostgreSQL together against 573–710; 4.1 appends per transaction against
+// 2.5–2.6 (`tools/appendload/run.sh`). With 32 writers, two slots already make groups of about
+// nine and one slot is no faster (0.85–1.47 over six pairs, median 1.0). Appends of
+// LargeAppendBytes or more run outside the slots, so one long transaction does not hold every
+// other stream's appends.
 const (
 	DefaultWriters       = 4
 	DefaultAppendWriters = 1
