@@ -381,7 +381,11 @@ func migratedDatabase(ctx context.Context, s *settings, logger *slog.Logger, at 
 		cfg.ConnectTimeout = s.connectTimeout
 	}
 	at("connecting to the database")
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	var conn *pgx.Conn
+	err = untilReachable(ctx, logger, "connect", reachableWithin, 250*time.Millisecond, func() (err error) {
+		conn, err = pgx.ConnectConfig(ctx, cfg)
+		return err
+	})
 	if err != nil {
 		stop()
 		return "", nil, nil, fmt.Errorf("connect to the database (within %s): %w", cfg.ConnectTimeout, err)

@@ -204,7 +204,7 @@ func (in *server) startDurable(ctx context.Context) error {
 		return err
 	}
 	in.watch.at("setting up CDC: the publication and the replication slot (a new slot waits for running transactions to end)")
-	if err := in.reader.Start(ctx); err != nil {
+	if err := untilReachable(ctx, in.logger, "cdc setup", reachableWithin, 250*time.Millisecond, func() error { return in.reader.Start(ctx) }); err != nil {
 		return err
 	}
 	in.onStop(in.reader.Stop)

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // defaultSlowStart is how long start-up may wait on one step before it says so in the log.
@@ -77,3 +82,43 @@ func (w *startupWatch) run() {
 		}
 	}
 }
+
+// untilReachable runs connect until it returns nil, fails in a way a retry cannot change, or
+// the database has been unreachable for within (the first error is then returned, wrapped with
+// how long it was tried). Unreachable is a failure to connect that PostgreSQL did not answer
+// with an error of its own: a host name that does not resolve, a refused or timed-out
+// connection. In a container network, the database's name can fail to resolve for a moment
+// after its container reports healthy (seen with podman after the container was recreated),
+// and an instance that exited on that would stay down. Bad credentials, a missing database or
+// a wal_level that is not logical are answers, and fail at once. The delays start at first and
+// double up to 2 s.
+func untilReachable(ctx context.Context, logger *slog.Logger, what string, within, first time.Duration, connect func() error) error {
+	began := time.Now()
+	delay := first
+	for {
+		err := connect()
+		if err == nil || !unreachable(err) {
+			return err
+		}
+		if time.Since(began)+delay > within {
+			return fmt.Errorf("%w (unreachable for %s)", err, time.Since(began).Round(time.Millisecond))
+		}
+		logger.Warn("the database is unreachable; trying again", "step", what, "in", delay, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return err
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// unreachable reports err is a failure to connect that the server did not answer.
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	return errors.As(err, &ce) && !errors.As(err, &pe)
+}
+
+// reachableWithin bounds how long start-up retries an unreachable database before it exits.
+const reachableWithin = 30 * time.Second
