@@ -84,14 +84,14 @@ func (w *startupWatch) run() {
 }
 
 // untilReachable runs connect until it returns nil, fails in a way a retry cannot change, or
-// the database has been unreachable for within (the first error is then returned, wrapped with
-// how long it was tried). Unreachable is a failure to connect that PostgreSQL did not answer
-// with an error of its own: a host name that does not resolve, a refused or timed-out
-// connection. In a container network, the database's name can fail to resolve for a moment
-// after its container reports healthy (seen with podman after the container was recreated),
-// and an instance that exited on that would stay down. Bad credentials, a missing database or
-// a wal_level that is not logical are answers, and fail at once. The delays start at first and
-// double up to 2 s.
+// the database has been unreachable for within (the last error is then returned, with how long
+// it was tried). Unreachable is a failure to connect that PostgreSQL did not answer (a host
+// name that does not resolve, a refused or timed-out connection) or answered only with "the
+// database system is starting up". In a container network, the database's name can fail to
+// resolve for a moment after its container reports healthy (seen with podman after the
+// container was recreated), and an instance that exited on that would stay down. Bad
+// credentials, a missing database or a wal_level that is not logical are answers, and fail at
+// once. The delays start at first and double up to 2 s.
 func untilReachable(ctx context.Context, logger *slog.Logger, what string, within, first time.Duration, connect func() error) error {
 	began := time.Now()
 	delay := first
@@ -113,11 +113,15 @@ func untilReachable(ctx context.Context, logger *slog.Logger, what string, withi
 	}
 }
 
-// unreachable reports err is a failure to connect that the server did not answer.
+// unreachable reports err is a failure to connect that the server did not answer, or answered
+// with "the database system is starting up" (SQLSTATE 57P03, a server still recovering).
 func unreachable(err error) bool {
 	var ce *pgconn.ConnectError
 	var pe *pgconn.PgError
-	return errors.As(err, &ce) && !errors.As(err, &pe)
+	if errors.As(err, &pe) {
+		return pe.Code == "57P03"
+	}
+	return errors.As(err, &ce)
 }
 
 // reachableWithin bounds how long start-up retries an unreachable database before it exits.

@@ -82,6 +82,9 @@ func TestStartupRetriesAnUnreachableDatabase(t *testing.T) {
 		require.True(t, unreachable(err), "a refused connection is unreachable: %v", err)
 		require.False(t, unreachable(fmt.Errorf("cdc: %w", cdc.ErrWALLevel)), "wal_level is an answer")
 		require.False(t, unreachable(errors.New("anything else")))
+		require.True(t, unreachable(fmt.Errorf("connect: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"})),
+			"a server still starting up is tried again")
+		require.False(t, unreachable(fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28P01"})), "bad credentials are an answer")
 	})
 
 	t.Run("gives up after its bound", func(t *testing.T) {
