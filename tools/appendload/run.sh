@@ -21,14 +21,9 @@ trap 'pkill -f "$work/rindled -addr" || true; rm -rf "$work"' EXIT
 go build -o "$work/rindled" ./cmd/rindled
 go build -o "$work/appendload" ./tools/appendload
 
-# ticks PID: the user and system clock ticks of PID and of its children (a postmaster's
-# backends), one "pid ticks" line each.
-ticks() {
-	local c
-	for c in "$1" $(pgrep -P "$1" || true); do
-		awk -v p="$c" '{print p, $14 + $15}' "/proc/$c/stat" 2>/dev/null || true
-	done
-}
+# shellcheck source=procs.sh
+. tools/appendload/procs.sh
+
 # nextxid: the transaction id PostgreSQL assigns next. Every append transaction writes, so takes
 # one; the difference over a run counts them (and the few other writes, lease renewals, of the
 # run). pg_stat_database's commit count would lag: a busy backend reports it at most once a
@@ -47,9 +42,9 @@ for rep in $(seq "$RUNS"); do
 		token=$("$work/rindled" token -data "$work/data" -sub load -scope "producer admin")
 		pg=$(pgrep -f "postgres -D $work/data/pg/data" | head -1)
 		x0=$(nextxid)
-		{ ticks "$pid"; ticks "$pg"; } | sort -u -k1,1 >"$work/cpu0"
+		procs "$pid" "$pg" | sort -u -k1,1 >"$work/cpu0"
 		out=$("$work/appendload" -base http://127.0.0.1:18090 -token "$token" -w "$W" -s "$SECS")
-		{ ticks "$pid"; ticks "$pg"; } | sort -u -k1,1 >"$work/cpu1"
+		procs "$pid" "$pg" | sort -u -k1,1 >"$work/cpu1"
 		x1=$(nextxid)
 		rate=${out%% appends/s*}
 		# A process that started during the run (a backend) counts from zero.

@@ -28,16 +28,8 @@ trap cleanup EXIT
 go build -o "$work/rindled" ./cmd/rindled
 go build -o "$work/appendload" ./tools/appendload
 
-# procs PID...: the processes and, for a PostgreSQL postmaster among them, its children (its
-# backends come and go), each as "pid ticks", ticks being user+system time in clock ticks.
-procs() {
-	local p c
-	for p in "$@"; do
-		for c in "$p" $(pgrep -P "$p" || true); do
-			awk -v p="$c" '{print p, $14 + $15}' "/proc/$c/stat" 2>/dev/null || true
-		done
-	done
-}
+# shellcheck source=procs.sh
+. "$root/tools/appendload/procs.sh"
 hz=$(getconf CLK_TCK)
 
 # node_server SCRIPT [ARGS]: starts a Node server of tools/ds-conformance in its own process;
