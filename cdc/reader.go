@@ -11,11 +11,13 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/rindle-sh/rindle-go/internal/retry"
 	"github.com/rindle-sh/rindle-go/internal/startstop"
 	"github.com/rindle-sh/rindle-go/mapping"
 )
@@ -351,7 +353,7 @@ func (r *Reader) Start(ctx context.Context) error {
 func (r *Reader) Stop() { r.runner.Stop() }
 
 func (r *Reader) loop(ctx context.Context) {
-	delay := DefaultReconnectDelay
+	b := reconnectBackoff()
 	for ctx.Err() == nil {
 		progressed, err := r.session(ctx)
 		if ctx.Err() != nil {
@@ -359,23 +361,35 @@ func (r *Reader) loop(ctx context.Context) {
 		}
 		r.reconnects.Add(1)
 		if progressed {
-			delay = DefaultReconnectDelay
+			b.Reset()
 		}
+		var delay time.Duration
 		if IsSlotInUse(err) {
 			// A standby polls at a fixed cadence, not a growing backoff: that cadence bounds
 			// failover once the leader's walsender has gone.
 			r.cfg.Logger.Debug("cdc: slot held by another reader; standing by", "slot", r.cfg.Slot)
 			delay = r.cfg.StandbyInterval
 		} else {
+			delay = b.NextBackOff()
 			r.cfg.Logger.Warn("cdc: replication session ended; reconnecting", "slot", r.cfg.Slot, "in", delay, "err", err)
 		}
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
+		if retry.Sleep(ctx, delay) != nil {
 			return
 		}
-		delay = min(delay*2, MaxReconnectDelay)
 	}
+}
+
+// reconnectBackoff is the reader's delays between replication sessions: from
+// DefaultReconnectDelay doubling to MaxReconnectDelay, jittered (retry.Jitter) so that readers
+// on several instances that lost one database together do not reconnect in lock-step.
+func reconnectBackoff() *backoff.ExponentialBackOff {
+	return retry.Backoff(DefaultReconnectDelay, MaxReconnectDelay)
+}
+
+// publishBackoff is the delays between attempts to publish one transaction: from
+// DefaultPublishBackoff doubling to MaxPublishBackoff, jittered (retry.Jitter).
+func publishBackoff() *backoff.ExponentialBackOff {
+	return retry.Backoff(DefaultPublishBackoff, MaxPublishBackoff)
 }
 
 // session runs one replication connection until it fails. progressed reports whether it
@@ -500,7 +514,7 @@ func (r *Reader) publish(ctx context.Context, tx *Tx, status func(context.Contex
 		return err
 	}
 	parts := Parts(payload, r.cfg.MaxEventBytes)
-	backoff := DefaultPublishBackoff
+	b := publishBackoff()
 	for attempt := 1; ; attempt++ {
 		msgs := make([]*message.Message, len(parts))
 		for i, part := range parts {
@@ -531,12 +545,9 @@ func (r *Reader) publish(ctx context.Context, tx *Tx, status func(context.Contex
 		} else if attempt == 1 || attempt%20 == 0 {
 			r.cfg.Logger.Error("cdc: publish failed; the reader stalls and keeps the slot", "lsn", tx.EndLSN, "attempt", attempt, "err", err)
 		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		if err := retry.Sleep(ctx, b.NextBackOff()); err != nil {
+			return err
 		}
-		backoff = min(backoff*2, MaxPublishBackoff)
 		if err := status(ctx); err != nil {
 			return fmt.Errorf("cdc: standby status while stalled: %w", err)
 		}

@@ -3,10 +3,11 @@ package checkpoint
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rindle-sh/rindle-go/internal/retry"
 )
 
 // ByteStreamChannel is the PostgreSQL notification channel a byte stream's append, close or
@@ -23,8 +24,9 @@ const maxNotifyPayload = 7999
 // stream's path, from one goroutine, until ctx ends; then it returns ctx's cause. The LISTEN
 // holds a connection of its own, taken out of the pool (which may open another in its place).
 // Each time it (re)starts listening it calls changed(""): anything may have moved while it was
-// not listening, so a caller wakes every reader it has waiting. A lost connection is retried with jittered backoff capped at
-// maxBackoff (a zero maxBackoff means 5 s); onError, if set, hears why each attempt failed.
+// not listening, so a caller wakes every reader it has waiting. A lost connection is retried
+// with jittered backoff whose step is capped at maxBackoff (a zero maxBackoff means 5 s;
+// retry.Backoff); onError, if set, hears why each attempt failed.
 //
 // Notifications are a wake-up, not a record: a reader woken reads the store, and readers keep
 // a poll as a safety net. NOTIFY takes a lock at commit that serializes the transactions that
@@ -33,12 +35,11 @@ func (p *Protocol) Watch(ctx context.Context, changed func(path string), maxBack
 	if maxBackoff <= 0 {
 		maxBackoff = 5 * time.Second
 	}
-	const first = 50 * time.Millisecond
-	delay := first
+	b := retry.Backoff(50*time.Millisecond, maxBackoff)
 	for {
 		listened, err := listen(ctx, p.pool, changed)
 		if listened {
-			delay = first // a session that listened starts the backoff over
+			b.Reset() // a session that listened starts the backoff over
 		}
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -46,16 +47,10 @@ func (p *Protocol) Watch(ctx context.Context, changed func(path string), maxBack
 		if onError != nil {
 			onError(err)
 		}
-		// Jittered over the upper half of the step, so instances that lost the database at
-		// once do not come back in lock-step.
-		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-t.C:
+		// Jittered, so instances that lost the database at once do not come back in lock-step.
+		if err := retry.Sleep(ctx, b.NextBackOff()); err != nil {
+			return err
 		}
-		delay = min(2*delay, maxBackoff)
 	}
 }
 

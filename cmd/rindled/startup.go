@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rindle-sh/rindle-go/internal/retry"
 )
 
 // defaultSlowStart is how long start-up may wait on one step before it says so in the log.
@@ -91,25 +93,24 @@ func (w *startupWatch) run() {
 // resolve for a moment after its container reports healthy (seen with podman after the
 // container was recreated), and an instance that exited on that would stay down. Bad
 // credentials, a missing database or a wal_level that is not logical are answers, and fail at
-// once. The delays start at first and double up to 2 s.
+// once. The delays start at first and double up to 2 s, jittered (retry.Backoff) so that
+// instances started together do not try in lock-step.
 func untilReachable(ctx context.Context, logger *slog.Logger, what string, within, first time.Duration, connect func() error) error {
 	began := time.Now()
-	delay := first
+	b := retry.Backoff(first, 2*time.Second)
 	for {
 		err := connect()
 		if err == nil || !unreachable(err) {
 			return err
 		}
+		delay := b.NextBackOff()
 		if time.Since(began)+delay > within {
 			return fmt.Errorf("%w (unreachable for %s)", err, time.Since(began).Round(time.Millisecond))
 		}
 		logger.Warn("the database is unreachable; trying again", "step", what, "in", delay, "err", err)
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
+		if retry.Sleep(ctx, delay) != nil {
 			return err
 		}
-		delay = min(2*delay, 2*time.Second)
 	}
 }
 
