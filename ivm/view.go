@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,18 +140,43 @@ type entry struct {
 	changed chan struct{} // closed on every change, then replaced
 	elem    *list.Element // in settled when not streaming
 	held    int           // the bytes counted in View.held while settled
+	// chunkBytes is the bytes of text the chunks hold, kept as they come and go: size is
+	// asked on every change of a settled entry, and an open Durable Streams text stream keeps
+	// one chunk per append, so walking them would make each event cost the stream's length.
+	chunkBytes int
 }
 
 // size is what the entry holds in memory, in bytes of text.
 func (e *entry) size() int {
-	n := e.view.Bytes()
+	n := e.view.Bytes() + e.chunkBytes
 	if !e.shared {
 		n += len(e.body)
 	}
-	for _, c := range e.chunks {
-		n += len(c.text)
-	}
 	return n
+}
+
+// addChunk inserts c in seq order, unless a chunk of its seq is held already (a redelivery).
+func (e *entry) addChunk(c chunk) {
+	i := sort.Search(len(e.chunks), func(i int) bool { return e.chunks[i].seq >= c.seq })
+	if i < len(e.chunks) && e.chunks[i].seq == c.seq {
+		return
+	}
+	e.chunks = slices.Insert(e.chunks, i, c)
+	e.chunkBytes += len(c.text)
+}
+
+// removeChunks removes the chunks whose seq is in gone, in one pass: a transaction that
+// deletes a stream deletes every chunk it has, and removing them one at a time would cost the
+// square of their number.
+func (e *entry) removeChunks(gone map[producer.Seq]bool) {
+	e.chunks = slices.DeleteFunc(e.chunks, func(c chunk) bool {
+		if gone[c.seq] {
+			e.chunkBytes -= len(c.text)
+			return true
+		}
+		return false
+	})
+	clear(gone)
 }
 
 // New validates cfg.
@@ -367,34 +393,53 @@ func (v *View) apply(tx *cdc.Tx) {
 			return
 		}
 	}
-	touched := map[string]bool{}
-	for _, ev := range tx.Events {
-		if touched[ev.StreamID] {
-			continue
+	// Each message's events, in commit order, from one pass over the transaction: one that
+	// touches thousands of messages (a group commit's, a reaper's batch) costs its events,
+	// not its events times its messages.
+	var ids []string
+	byID := map[string][]*cdc.Event{}
+	for i := range tx.Events {
+		ev := &tx.Events[i]
+		if _, ok := byID[ev.StreamID]; !ok {
+			ids = append(ids, ev.StreamID)
 		}
-		touched[ev.StreamID] = true
-		e := v.entries[ev.StreamID]
+		byID[ev.StreamID] = append(byID[ev.StreamID], ev)
+	}
+	for _, id := range ids {
+		evs := byID[id]
+		e := v.entries[id]
 		switch {
 		case e == nil:
 			// Only a new row starts an entry from events alone; anything else about a message
 			// the view does not hold is read from the database when someone asks.
-			if ev.Kind == cdc.MessageChanged && ev.Created {
-				e = &entry{id: ev.StreamID, changed: make(chan struct{})}
-				v.entries[ev.StreamID] = e
-				v.applyToLocked(e, tx)
+			if ev := evs[0]; ev.Kind == cdc.MessageChanged && ev.Created {
+				e = &entry{id: id, changed: make(chan struct{})}
+				v.entries[id] = e
+				v.applyToLocked(e, tx, evs)
 			}
 		case e.loading:
 			e.pending = append(e.pending, tx)
 		default:
-			v.applyToLocked(e, tx)
+			v.applyToLocked(e, tx, evs)
 		}
 	}
 	v.evictLocked()
 }
 
-// applyToLocked applies tx's events for e, unless e already reflects tx: it was in e's load
-// snapshot, or e has applied it (a redelivery after a reader restart).
-func (v *View) applyToLocked(e *entry, tx *cdc.Tx) {
+// eventsOf is tx's events for the message id, in commit order.
+func eventsOf(tx *cdc.Tx, id string) []*cdc.Event {
+	var evs []*cdc.Event
+	for i := range tx.Events {
+		if tx.Events[i].StreamID == id {
+			evs = append(evs, &tx.Events[i])
+		}
+	}
+	return evs
+}
+
+// applyToLocked applies evs, tx's events for e, unless e already reflects tx: it was in e's
+// load snapshot, or e has applied it (a redelivery after a reader restart).
+func (v *View) applyToLocked(e *entry, tx *cdc.Tx, evs []*cdc.Event) {
 	if e.snap != nil && e.snap.visible(tx.Xid) {
 		return
 	}
@@ -402,22 +447,22 @@ func (v *View) applyToLocked(e *entry, tx *cdc.Tx) {
 		return
 	}
 	deleted, reload, appendOnly := false, false, true
-	for _, ev := range tx.Events {
-		if ev.StreamID != e.id {
-			continue
-		}
+	// The chunks tx deletes, removed together (before any later append of tx, which keeps
+	// commit order) rather than one at a time.
+	var gone map[producer.Seq]bool
+	for _, ev := range evs {
 		switch ev.Kind {
 		case cdc.ChunkAppended:
-			i := sort.Search(len(e.chunks), func(i int) bool { return e.chunks[i].seq >= ev.Seq })
-			if i == len(e.chunks) || e.chunks[i].seq != ev.Seq {
-				e.chunks = append(e.chunks, chunk{})
-				copy(e.chunks[i+1:], e.chunks[i:])
-				e.chunks[i] = chunk{seq: ev.Seq, text: ev.Text}
+			if len(gone) > 0 {
+				e.removeChunks(gone)
 			}
+			e.addChunk(chunk{seq: ev.Seq, text: ev.Text})
 		case cdc.ChunkDeleted:
-			i := sort.Search(len(e.chunks), func(i int) bool { return e.chunks[i].seq >= ev.Seq })
-			if i < len(e.chunks) && e.chunks[i].seq == ev.Seq {
-				e.chunks = append(e.chunks[:i], e.chunks[i+1:]...)
+			if !deleted { // a deleted message's entry is dropped whole below
+				if gone == nil {
+					gone = map[producer.Seq]bool{}
+				}
+				gone[ev.Seq] = true
 			}
 			appendOnly = false
 		case cdc.MessageChanged:
@@ -434,6 +479,9 @@ func (v *View) applyToLocked(e *entry, tx *cdc.Tx) {
 		case cdc.MessageDeleted:
 			deleted = true
 		}
+	}
+	if len(gone) > 0 {
+		e.removeChunks(gone)
 	}
 	e.lastLSN = tx.EndLSN
 	e.updated = tx.CommitTime
@@ -589,6 +637,7 @@ func (v *View) readChunks(ctx context.Context, tx pgx.Tx, byID map[string]*entry
 		}
 		e := byID[id]
 		e.chunks = append(e.chunks, chunk{seq: producer.Seq(seq), text: text})
+		e.chunkBytes += len(text)
 	}
 	return rows.Err()
 }
@@ -706,7 +755,7 @@ func (v *View) load(ctx context.Context, e *entry) (*entry, error) {
 	e.pending = nil
 	v.settleLocked(e, false)
 	for _, tx := range pending {
-		v.applyToLocked(e, tx)
+		v.applyToLocked(e, tx, eventsOf(tx, e.id))
 	}
 	v.evictLocked() // may evict e itself: this read is still served from it
 	return e, nil
