@@ -20,9 +20,10 @@ import (
 // Jitter is the spread of every delay: a step d waits between (1-Jitter)·d and (1+Jitter)·d.
 const Jitter = 0.5
 
-// Backoff returns delays whose step starts at first and doubles up to limit; each delay is the
-// step jittered by Jitter, so no delay exceeds (1+Jitter)·limit. Reset starts again from first
-// (after a session that made progress). A Backoff is not safe for concurrent use.
+// Backoff returns delays whose step starts at first and doubles up to limit (a limit below
+// first is first); each delay is the step jittered by Jitter, so no delay exceeds
+// (1+Jitter)·limit. Reset starts again from first (after a session that made progress). A
+// Backoff is not safe for concurrent use.
 func Backoff(first, limit time.Duration) *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{
 		InitialInterval:     first,
