@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rindle-sh/rindle-go/internal/retry"
 )
 
 // orderedSubscriber is this instance's broadcast subscription: a watermill Subscriber over one
@@ -102,7 +104,7 @@ func (s *orderedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan
 			case err != nil:
 				// The ordered consumer recreates itself (a broker restart); wait a moment.
 				s.logger.Debug("broker: receive", "topic", topic, "err", err)
-				if !sleep(ctx, 100*time.Millisecond) {
+				if retry.Sleep(ctx, 100*time.Millisecond) != nil {
 					return
 				}
 				continue
@@ -139,24 +141,13 @@ func (s *orderedSubscriber) deliver(ctx context.Context, out chan<- *message.Mes
 			return true
 		case <-m.Nacked():
 			done()
-			if !sleep(ctx, s.nackDelay) {
+			if retry.Sleep(ctx, s.nackDelay) != nil {
 				return false
 			}
 		case <-ctx.Done():
 			done()
 			return false
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

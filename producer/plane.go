@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rindle-sh/rindle-go/internal/retry"
 )
 
 // errPlaneClosed is the cause of the plane's context once Close runs.
@@ -477,12 +479,8 @@ func (p *Plane) retry(ctx context.Context, step func(context.Context) error) err
 	var last error
 	for attempt := 0; attempt <= p.cfg.CheckpointRetries; attempt++ {
 		if attempt > 0 {
-			t := time.NewTimer(retryDelay(p.cfg.RetryBackoff, attempt))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return errors.Join(last, context.Cause(ctx))
+			if err := retry.Sleep(ctx, retryDelay(p.cfg.RetryBackoff, attempt)); err != nil {
+				return errors.Join(last, err)
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)

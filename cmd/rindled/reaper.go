@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/retry"
 	"github.com/rindle-sh/rindle-go/otel"
 )
 
@@ -25,12 +26,8 @@ const (
 func reapStreams(ctx context.Context, p *checkpoint.Protocol, interval, producerIdle time.Duration, tel *otel.Instruments, logger *slog.Logger) {
 	for {
 		wait := time.Duration(float64(interval) * (0.8 + 0.4*rand.Float64()))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, wait) != nil {
 			return
-		case <-t.C:
 		}
 		for range streamsReapMaxBatchesPerInterval {
 			got, err := p.Reap(ctx, streamsReapBatch, producerIdle)

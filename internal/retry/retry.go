@@ -33,7 +33,9 @@ func Backoff(first, limit time.Duration) *backoff.ExponentialBackOff {
 	}
 }
 
-// Sleep waits d, or until ctx ends; it returns ctx's cause then, and nil after d.
+// Sleep waits d, or until ctx ends; it returns ctx's cause then, and nil after d. It is the
+// service's one cancellable wait: the retries above use it, and so do the producer's checkpoint
+// retries, the broker's wait before a redelivery and the stream reaper's interval.
 func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
