@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -88,12 +89,12 @@ func (w *startupWatch) run() {
 // untilReachable runs connect until it returns nil, fails in a way a retry cannot change, or
 // the database has been unreachable for within (the last error is then returned, with how long
 // it was tried). Unreachable is a failure to connect that PostgreSQL did not answer (a host
-// name that does not resolve, a refused or timed-out connection) or answered only with "the
-// database system is starting up". In a container network, the database's name can fail to
-// resolve for a moment after its container reports healthy (seen with podman after the
-// container was recreated), and an instance that exited on that would stay down. Bad
-// credentials, a missing database or a wal_level that is not logical are answers, and fail at
-// once. The delays start at first and double up to 2 s, jittered (retry.Backoff) so that
+// name that does not resolve, a refused connection) or answered only with "the database
+// system is starting up". In a container network, the database's name can fail to resolve for
+// a moment after its container reports healthy (seen with podman after the container was
+// recreated), and an instance that exited on that would stay down. A timeout is not retried
+// (unreachable says why). Bad credentials, a missing database or a wal_level that is not
+// logical are answers, and fail at once. The delays start at first and double up to 2 s, jittered (retry.Backoff) so that
 // instances started together do not try in lock-step.
 func untilReachable(ctx context.Context, logger *slog.Logger, what string, within, first time.Duration, connect func() error) error {
 	began := time.Now()
@@ -115,12 +116,19 @@ func untilReachable(ctx context.Context, logger *slog.Logger, what string, withi
 }
 
 // unreachable reports err is a failure to connect that the server did not answer, or answered
-// with "the database system is starting up" (SQLSTATE 57P03, a server still recovering).
+// with "the database system is starting up" (SQLSTATE 57P03, a server still recovering). A
+// connection that timed out is not one: an address that accepts and never answers fails
+// start-up within the connect timeout (issue 9), where trying it again would hang start-up for
+// reachableWithin.
 func unreachable(err error) bool {
 	var ce *pgconn.ConnectError
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &pe):
 		return pe.Code == "57P03"
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return false
 	}
 	return errors.As(err, &ce)
 }

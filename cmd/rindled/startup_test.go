@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/internal/faultnet"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 )
 
@@ -85,6 +86,26 @@ func TestStartupRetriesAnUnreachableDatabase(t *testing.T) {
 		require.True(t, unreachable(fmt.Errorf("connect: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"})),
 			"a server still starting up is tried again")
 		require.False(t, unreachable(fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28P01"})), "bad credentials are an answer")
+	})
+
+	t.Run("a server that accepts and never answers is not retried", func(t *testing.T) {
+		// Issue 9: start-up against such an address fails within the connect timeout. A
+		// timeout is not a name that does not resolve yet or a port that refuses: trying it
+		// again for reachableWithin would hang start-up for half a minute.
+		hole, err := faultnet.New(faultnet.TCP("127.0.0.1:1"))
+		require.NoError(t, err)
+		t.Cleanup(hole.Close)
+		hole.Blackhole()
+		url := "postgres://rindle@" + hole.Addr() + "/rindle?sslmode=disable&connect_timeout=1"
+		calls := 0
+		err = untilReachable(ctx, quiet, "connect", time.Minute, time.Millisecond, func() error {
+			calls++
+			_, err := pgx.Connect(ctx, url)
+			return err
+		})
+		require.ErrorContains(t, err, "timeout")
+		require.False(t, unreachable(err), "a timed-out connection is not retried: %v", err)
+		require.Equal(t, 1, calls)
 	})
 
 	t.Run("gives up after its bound", func(t *testing.T) {
