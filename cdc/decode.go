@@ -19,6 +19,10 @@ type decoder struct {
 	relations map[uint32]*pglogrepl.RelationMessage
 	tx        *Tx // the open transaction, between Begin and Commit
 	maxBody   int // a longer body is not carried (Event.BodyOmitted); -1 or 0: no bound
+	// gone holds the messages the open transaction deleted, with no change to them since:
+	// their chunk deletes (the schema's trigger deletes a message's chunks after it) are
+	// implied by the MessageDeleted and not carried.
+	gone map[string]struct{}
 }
 
 func newDecoder(t mapping.Tables) *decoder {
@@ -55,6 +59,7 @@ func (d *decoder) feed(wal []byte) (done *Tx, err error) {
 		d.relations[m.RelationID] = m
 	case *pglogrepl.BeginMessage:
 		d.tx = &Tx{Xid: m.Xid, CommitTime: m.CommitTime}
+		clear(d.gone)
 	case *pglogrepl.CommitMessage:
 		if d.tx == nil {
 			return nil, errors.New("cdc: commit without begin")
@@ -134,6 +139,19 @@ func (d *decoder) row(relID uint32, tuple, old *pglogrepl.TupleData, created boo
 	}
 	if err != nil {
 		return err
+	}
+	switch ev.Kind {
+	case MessageDeleted:
+		if d.gone == nil {
+			d.gone = map[string]struct{}{}
+		}
+		d.gone[ev.StreamID] = struct{}{}
+	case ChunkDeleted:
+		if _, implied := d.gone[ev.StreamID]; implied {
+			return nil
+		}
+	default: // the message is back (or a chunk of it came): its later chunk deletes are news
+		delete(d.gone, ev.StreamID)
 	}
 	d.tx.Events = append(d.tx.Events, ev)
 	return nil

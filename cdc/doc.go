@@ -16,6 +16,9 @@
 //   - In commit order: protocol version 1 sends only committed transactions, in commit order,
 //     and the reader publishes them one at a time.
 //   - Whole: a compaction (the body update and its chunk deletes) is one message.
+//   - A message's delete is one event: the chunk deletes its cascade makes in the same
+//     transaction are left out (MessageDeleted implies them), so deleting a long stream does
+//     not cost every consumer an event per chunk.
 //   - A TOASTed body that did not change arrives as 'u' with no value; its event carries a nil
 //     Body, which means "unchanged", never "empty".
 //   - A chunk DELETE carries only the primary key (REPLICA IDENTITY DEFAULT): (stream_id, seq)

@@ -18,7 +18,10 @@ type EventKind string
 const (
 	// ChunkAppended: a chunk row was inserted. StreamID, Seq (its END offset) and Text are set.
 	ChunkAppended EventKind = "chunk.appended"
-	// ChunkDeleted: a chunk row was deleted (compaction, a sweep, a cascade). StreamID and Seq.
+	// ChunkDeleted: a chunk row was deleted (compaction, a sweep). StreamID and Seq. A chunk
+	// deleted after its message in the same transaction (the cascade of a message's delete) has
+	// none: the transaction's MessageDeleted implies every chunk of that message goes. Once
+	// the transaction writes the message or a chunk of it again, its chunk deletes are carried.
 	ChunkDeleted EventKind = "chunk.deleted"
 	// MessageChanged: a message row was inserted or updated. StreamID, Seq, Status, Error are
 	// set; Body only when the row carried it (nil for an unchanged TOASTed body: keep the old)

@@ -251,3 +251,59 @@ func TestAQuietConnectionIsNotTakenForDead(t *testing.T) {
 	}
 	require.True(t, r.Stats().Leader)
 }
+
+// A message's delete takes its chunks with it (the schema's trigger deletes them in the same
+// transaction): the transaction is published as the MessageDeleted alone, not one ChunkDeleted
+// per chunk, so deleting a stream of n appends costs every consumer one event instead of n
+// (a Durable Streams DELETE of a million-append stream was a million-event message, held whole
+// by the reader and by every instance's view). A chunk delete the message's delete does not
+// imply, one after the message came back in the same transaction, is still published.
+func TestAMessageDeleteCarriesNoChunkDeletes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	broker := ordered()
+	defer broker.Close()
+	col := collectTxs(t, broker)
+	require.NoError(t, newReader(t, db, broker, nil).Start(ctx))
+
+	const n = 5000
+	_, err := db.Pool.Exec(ctx, `INSERT INTO messages (id, seq) VALUES ('m', $1), ('other', 2)`, n)
+	require.NoError(t, err)
+	require.Len(t, col.next(t).Events, 2)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO message_chunks (stream_id, seq, text) SELECT 'm', g, 'x' FROM generate_series(1, $1) g
+		UNION ALL SELECT 'other', g, 'y' FROM generate_series(1, 2) g`, n)
+	require.NoError(t, err)
+	require.Len(t, col.next(t).Events, n+2)
+
+	// One transaction: another message's chunk goes (published), then m with all its chunks.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `DELETE FROM message_chunks WHERE stream_id = 'other' AND seq = 1`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `DELETE FROM messages WHERE id = 'm'`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	got := col.next(t)
+	require.Equal(t, 2, len(got.Events), "the delete of a message of %d chunks is %d events", n, len(got.Events))
+	require.Equal(t, "chunk.deleted(other:1) message.deleted(m:0) ", kinds(got))
+
+	// Deleted and made again in one transaction: the new row's chunk delete is not implied.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id) VALUES ('m')`)
+	require.NoError(t, err)
+	col.next(t)
+	tx, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	for _, q := range []string{
+		`DELETE FROM messages WHERE id = 'm'`,
+		`INSERT INTO messages (id, seq) VALUES ('m', 3)`,
+		`INSERT INTO message_chunks (stream_id, seq, text) VALUES ('m', 3, 'abc')`,
+		`DELETE FROM message_chunks WHERE stream_id = 'm'`,
+	} {
+		_, err = tx.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	got = col.next(t)
+	require.Equal(t, "message.deleted(m:0) message.changed(m:3) chunk.appended(m:3) chunk.deleted(m:3) ", kinds(got))
+}
