@@ -45,7 +45,7 @@ type txCollector struct {
 	txs chan *cdc.Tx
 }
 
-func collectTxs(t *testing.T, sub message.Subscriber) *txCollector {
+func collectTxs(t testing.TB, sub message.Subscriber) *txCollector {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -65,7 +65,7 @@ func collectTxs(t *testing.T, sub message.Subscriber) *txCollector {
 	return c
 }
 
-func (c *txCollector) next(t *testing.T) *cdc.Tx {
+func (c *txCollector) next(t testing.TB) *cdc.Tx {
 	t.Helper()
 	select {
 	case tx := <-c.txs:
