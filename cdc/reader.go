@@ -432,6 +432,12 @@ func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
 		return err
 	}
 	nextStatus := time.Now().Add(r.cfg.StatusInterval)
+	// Every receive is bounded by the next status update: a hung read must not hide behind a
+	// healthy process. The bounding context is made once per status interval, not per message
+	// (a context with a deadline is a timer and some allocations; a busy slot sends thousands
+	// of messages a second).
+	var bound deadlineContext
+	defer bound.stop()
 	for {
 		if ctx.Err() != nil {
 			return progressed, context.Cause(ctx)
@@ -445,10 +451,7 @@ func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
 		if time.Since(lastHeard) > r.cfg.ServerTimeout {
 			return progressed, fmt.Errorf("cdc: nothing from the server for %s", r.cfg.ServerTimeout)
 		}
-		// Every receive is bounded: a hung read must not hide behind a healthy process.
-		rctx, cancel := context.WithDeadline(ctx, nextStatus)
-		raw, err := conn.ReceiveMessage(rctx)
-		cancel()
+		raw, err := conn.ReceiveMessage(bound.until(ctx, nextStatus))
 		if err != nil {
 			if pgconn.Timeout(err) && ctx.Err() == nil {
 				continue
@@ -502,6 +505,30 @@ func (r *Reader) session(ctx context.Context) (progressed bool, err error) {
 				}
 			}
 		}
+	}
+}
+
+// deadlineContext is a context with a deadline, kept while the deadline stays.
+type deadlineContext struct {
+	ctx      context.Context
+	deadline time.Time
+	cancel   context.CancelFunc
+}
+
+// until returns a context of parent that ends at deadline, the one it returned last time when
+// that has the same deadline and has not ended.
+func (d *deadlineContext) until(parent context.Context, deadline time.Time) context.Context {
+	if d.ctx == nil || !d.deadline.Equal(deadline) || d.ctx.Err() != nil {
+		d.stop()
+		d.ctx, d.cancel = context.WithDeadline(parent, deadline)
+		d.deadline = deadline
+	}
+	return d.ctx
+}
+
+func (d *deadlineContext) stop() {
+	if d.cancel != nil {
+		d.cancel()
 	}
 }
 
