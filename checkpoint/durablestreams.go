@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -105,6 +106,8 @@ type schema struct {
 	deleteMessage string
 	// chunks is where a text stream's appends live (keyValue unset).
 	chunks rows
+	// merged is the merged text of each shape of writes planAppend has made.
+	merged mergedTexts
 }
 
 func newSchema(t Tables) *schema {
@@ -1093,7 +1096,7 @@ func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome,
 		writes.Queue("SELECT pg_notify($1, $2)", ByteStreamChannel, in.Path) // last: oneStatement's main query
 	}
 	out.Tail, out.Closed = tail, in.Close
-	return out, oneStatement(writes.QueuedQueries), nil
+	return out, s.merged.oneStatement(writes.QueuedQueries), nil
 }
 
 // oneStatement merges statements into one, which PostgreSQL parses, binds and runs once: every
@@ -1102,12 +1105,58 @@ func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome,
 // last may be a SELECT. The statements must touch different rows: the parts of one statement
 // all see the snapshot it started with, so none sees another's writes. Each statement's
 // parameters are renumbered after the ones before it.
-func oneStatement(qs []*pgx.QueuedQuery) *pgx.QueuedQuery {
+func (mt *mergedTexts) oneStatement(qs []*pgx.QueuedQuery) *pgx.QueuedQuery {
 	if len(qs) == 1 {
 		return qs[0]
 	}
-	var sql strings.Builder
 	var args []any
+	for _, qq := range qs {
+		args = append(args, qq.Arguments...)
+	}
+	// An append's statements come in a few shapes, so the merged text is made once per shape
+	// (it was most of what an append's planning allocated).
+	var key mergedKey
+	if len(qs) > len(key.sql) {
+		return &pgx.QueuedQuery{SQL: mergeStatements(qs), Arguments: args}
+	}
+	for i, qq := range qs {
+		key.sql[i], key.args[i] = qq.SQL, len(qq.Arguments)
+	}
+	mt.mu.RLock()
+	sql, ok := mt.m[key]
+	mt.mu.RUnlock()
+	if !ok {
+		sql = mergeStatements(qs)
+		mt.mu.Lock()
+		if mt.m == nil || len(mt.m) >= maxMerged {
+			mt.m = map[mergedKey]string{} // shapes are few; this bounds a mapping that makes many
+		}
+		mt.m[key] = sql
+		mt.mu.Unlock()
+	}
+	return &pgx.QueuedQuery{SQL: sql, Arguments: args}
+}
+
+// mergedKey is a shape of statements oneStatement merges: their texts and argument counts.
+type mergedKey struct {
+	sql  [6]string
+	args [6]int
+}
+
+// maxMerged bounds the merged texts kept.
+const maxMerged = 256
+
+// mergedTexts holds the merged text of each shape oneStatement has seen. The zero value is
+// ready to use.
+type mergedTexts struct {
+	mu sync.RWMutex
+	m  map[mergedKey]string
+}
+
+// mergeStatements is oneStatement's text.
+func mergeStatements(qs []*pgx.QueuedQuery) string {
+	var sql strings.Builder
+	params := 0
 	for i, qq := range qs {
 		switch {
 		case i == 0:
@@ -1120,13 +1169,13 @@ func oneStatement(qs []*pgx.QueuedQuery) *pgx.QueuedQuery {
 		if i < len(qs)-1 {
 			fmt.Fprintf(&sql, "w%d AS (", i)
 		}
-		renumber(&sql, qq.SQL, len(args))
+		renumber(&sql, qq.SQL, params)
 		if i < len(qs)-1 {
 			sql.WriteString(")")
 		}
-		args = append(args, qq.Arguments...)
+		params += len(qq.Arguments)
 	}
-	return &pgx.QueuedQuery{SQL: sql.String(), Arguments: args}
+	return sql.String()
 }
 
 // renumber writes sql to w with each parameter $n as $(n+by). It skips quoted identifiers and
