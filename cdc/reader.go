@@ -516,7 +516,8 @@ type deadlineContext struct {
 }
 
 // until returns a context of parent that ends at deadline, the one it returned last time when
-// that has the same deadline and has not ended.
+// that has the same deadline and has not ended. Every call of one deadlineContext passes the
+// same parent.
 func (d *deadlineContext) until(parent context.Context, deadline time.Time) context.Context {
 	if d.ctx == nil || !d.deadline.Equal(deadline) || d.ctx.Err() != nil {
 		d.stop()
