@@ -292,8 +292,12 @@ func (d *decoder) messageChanged(r tupleRow, created bool) (Event, error) {
 
 // checkTupleFraming walks the tuples of an insert, update or delete (and a truncate's relation
 // list) and refuses a length that overruns the message, before pglogrepl allocates whatever
-// length a message claims (up to 4 GiB of data, or 16 GiB of relation ids, for a corrupt one). PostgreSQL never sends such a message; the check keeps a corrupt
-// one an error instead of an allocation storm.
+// length a message claims (up to 4 GiB of data, or 16 GiB of relation ids, for a corrupt one).
+// PostgreSQL never sends such a message; the check keeps a corrupt one an error instead of an
+// allocation storm. It follows the grammar pglogrepl decodes, tuple by tuple: an insert's 'N'
+// tuple; a delete's 'K' or 'O' tuple; an update's 'N' tuple, or a 'K' or 'O' tuple and then
+// an 'N' one (pglogrepl skips the byte after an old tuple without reading it, so a message
+// that put anything else there would have the bytes after it decoded as an unchecked tuple).
 func checkTupleFraming(wal []byte) error {
 	rest := wal[1:]
 	tupleAt := func(b []byte) ([]byte, error) {
@@ -341,17 +345,23 @@ func checkTupleFraming(wal []byte) error {
 	if len(rest) < 5 {
 		return errors.New("cdc: truncated row message")
 	}
+	kind := wal[0]
 	rest = rest[4:] // relation id
-	for len(rest) > 0 {
-		switch rest[0] {
-		case 'N', 'K', 'O':
-			var err error
-			if rest, err = tupleAt(rest[1:]); err != nil {
-				return err
-			}
-		default:
-			return nil // not a tuple marker: let the parser judge the rest
+	marker := rest[0]
+	switch {
+	case kind == 'I' && marker == 'N', kind == 'U' && marker == 'N':
+	case (kind == 'D' || kind == 'U') && (marker == 'K' || marker == 'O'):
+		old, err := tupleAt(rest[1:])
+		if err != nil || kind == 'D' {
+			return err
 		}
+		if len(old) == 0 || old[0] != 'N' {
+			return errors.New("cdc: an update's old tuple is not followed by its new one ('N')")
+		}
+		rest = old
+	default:
+		return fmt.Errorf("cdc: a %q message with tuple kind %q", kind, marker)
 	}
-	return nil
+	_, err := tupleAt(rest[1:])
+	return err
 }

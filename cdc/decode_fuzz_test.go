@@ -3,6 +3,7 @@ package cdc
 import (
 	"bytes"
 	"encoding/binary"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -170,6 +171,49 @@ func TestDecoderReadsAChunkDeleteByEitherKey(t *testing.T) {
 			}
 			if done == nil || len(done.Events) != 1 || done.Events[0].Kind != ChunkDeleted || done.Events[0].StreamID != "a:b" || done.Events[0].Seq != 7 {
 				t.Fatalf("got %+v", done)
+			}
+		})
+	}
+}
+
+// A row message whose tuple claims a column longer than the message is refused before anything
+// is allocated for it. pglogrepl sizes a column's buffer by the length the message claims, and
+// reads an update's new tuple one byte past its old tuple without checking that byte is 'N', so
+// the framing check must follow the same grammar: FuzzDecode's workers grew to 5.7 GB and were
+// killed on an update whose old tuple was followed by a byte other than 'N' and then a column
+// claiming 2 GB.
+func TestDecoderRefusesAClaimedLengthBeforeAllocatingIt(t *testing.T) {
+	huge := []byte{0, 1, 't', 0x7f, 0xff, 0xff, 0xff, 'x'} // one text column claiming 2 GB
+	rel := func(kind byte, rest ...byte) []byte {
+		return append(binary.BigEndian.AppendUint32([]byte{kind}, 1), rest...)
+	}
+	for name, msg := range map[string][]byte{
+		"update, old key then not N":     rel('U', append([]byte{'K', 0, 0, '*'}, huge...)...),
+		"update, old row then not N":     rel('U', append([]byte{'O', 0, 0, 'Q'}, huge...)...),
+		"update, old key then N":         rel('U', append([]byte{'K', 0, 0, 'N'}, huge...)...),
+		"update, new row":                rel('U', append([]byte{'N'}, huge...)...),
+		"insert":                         rel('I', append([]byte{'N'}, huge...)...),
+		"delete":                         rel('D', append([]byte{'K'}, huge...)...),
+		"update, old key and no new row": rel('U', 'K', 0, 0),
+		"update, no tuple kind":          rel('U', 'Z', 0, 0),
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := newDecoder(checkpoint.DefaultTables())
+			if _, err := d.feed(relationMsg(1, "messages", "id")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.feed(beginMsg(7)); err != nil {
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := d.feed(msg)
+			runtime.ReadMemStats(&after)
+			if err == nil {
+				t.Fatal("a malformed row message was taken")
+			}
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+				t.Fatalf("refusing it allocated %d bytes (%v)", grew, err)
 			}
 		})
 	}
