@@ -5,7 +5,13 @@
 #
 #	bash tools/appendload/run.sh 8 6 "-streams-append-writers 1" "-streams-append-writers 2"
 #
-# compares one append transaction at a time with two. Each line gives the appends/s, the
+# compares one append transaction at a time with two. A and B may start with NAME=VALUE words,
+# set in rindled's environment, and an absolute path to another rindled binary:
+#
+#	bash tools/appendload/run.sh 8 3 "GOGC=100" "GOGC=400"
+#	bash tools/appendload/run.sh 8 3 "/tmp/rindled-before" "/tmp/rindled-after"
+#
+# Each line gives the appends/s, the
 # appends per transaction (per transaction id PostgreSQL assigned), and the CPU per append of rindled and of its
 # PostgreSQL (every process of the cluster, read from /proc).
 set -euo pipefail
@@ -35,8 +41,17 @@ hz=$(getconf CLK_TCK)
 for rep in $(seq "$RUNS"); do
 	for flags in "$A" "$B"; do
 		rm -rf "$work/data"
-		# shellcheck disable=SC2086 # the flags are words
-		"$work/rindled" -addr 127.0.0.1:18090 -data "$work/data" -demo false $flags >"$work/log" 2>&1 &
+		bin="$work/rindled" envs=() args=()
+		for w in $flags; do
+			if [ ${#args[@]} -eq 0 ] && [[ $w == [A-Za-z_]*=* ]]; then
+				envs+=("$w")
+			elif [ ${#args[@]} -eq 0 ] && [[ $w == /* ]] && [ -x "$w" ]; then
+				bin=$w
+			else
+				args+=("$w")
+			fi
+		done
+		env "${envs[@]}" "$bin" -addr 127.0.0.1:18090 -data "$work/data" -demo false "${args[@]}" >"$work/log" 2>&1 &
 		pid=$!
 		for _ in $(seq 120); do curl -sf localhost:18090/readyz >/dev/null 2>&1 && break; sleep 1; done
 		token=$("$work/rindled" token -data "$work/data" -sub load -scope "producer admin")
