@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/cdc"
-	"github.com/rindle-sh/rindle-go/internal/pgtest"
 )
 
 // sizingPublisher counts the payload bytes published through it.
@@ -36,15 +35,16 @@ func BenchmarkDeleteLongMessage(b *testing.B) {
 	const n = 200000
 	for b.Loop() {
 		b.StopTimer()
-		db := pgtest.NewDB(b)
+		var pub *sizingPublisher
+		db, col := startReader(b, func(p message.Publisher) message.Publisher {
+			pub = &sizingPublisher{Publisher: p}
+			return pub
+		}, func(c *cdc.Config) {
+			c.StatusInterval = 0 // the default, as rindled runs it
+			c.MaxEventBytes = 1 << 30
+		})
 		ctx := b.Context()
-		broker := ordered()
-		col := collectTxs(b, broker)
-		pub := &sizingPublisher{Publisher: broker}
-		r, err := cdc.New(cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: pub, MaxEventBytes: 1 << 30})
-		require.NoError(b, err)
-		require.NoError(b, r.Start(ctx))
-		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, seq) VALUES ('ds/a/stream', $1)`, n)
+		_, err := db.Pool.Exec(ctx, `INSERT INTO messages (id, seq) VALUES ('ds/a/stream', $1)`, n)
 		require.NoError(b, err)
 		col.next(b)
 		_, err = db.Pool.Exec(ctx, `INSERT INTO message_chunks (stream_id, seq, text) SELECT 'ds/a/stream', g, 'x' FROM generate_series(1, $1) g`, n)
@@ -66,9 +66,6 @@ func BenchmarkDeleteLongMessage(b *testing.B) {
 		b.ReportMetric(float64(pub.bytes-before), "payload-bytes")
 		b.ReportMetric(took.Seconds(), "s-to-subscriber")
 		b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/(1<<20), "MiB-allocated")
-		r.Stop()
-		require.NoError(b, r.DropSlot(ctx))
-		broker.Close()
 		b.StartTimer()
 	}
 }

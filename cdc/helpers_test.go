@@ -25,7 +25,7 @@ func ordered() *gochannel.GoChannel {
 	return gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 }
 
-func newReader(t *testing.T, db *pgtest.DB, pub message.Publisher, change func(*cdc.Config)) *cdc.Reader {
+func newReader(t testing.TB, db *pgtest.DB, pub message.Publisher, change func(*cdc.Config)) *cdc.Reader {
 	t.Helper()
 	cfg := cdc.Config{ConnString: db.URL, Slot: db.Slot(), Publisher: pub, StatusInterval: 100 * time.Millisecond}
 	if change != nil {
@@ -38,6 +38,22 @@ func newReader(t *testing.T, db *pgtest.DB, pub message.Publisher, change func(*
 		require.NoError(t, r.DropSlot(context.Background()))
 	})
 	return r
+}
+
+// startReader starts a reader on a new database, publishing to an in-process broker (through
+// wrap, when set) that a collector subscribes to; the broker closes when the test ends.
+func startReader(t testing.TB, wrap func(message.Publisher) message.Publisher, change func(*cdc.Config)) (*pgtest.DB, *txCollector) {
+	t.Helper()
+	db := pgtest.NewDB(t)
+	broker := ordered()
+	t.Cleanup(func() { _ = broker.Close() })
+	col := collectTxs(t, broker)
+	var pub message.Publisher = broker
+	if wrap != nil {
+		pub = wrap(broker)
+	}
+	require.NoError(t, newReader(t, db, pub, change).Start(t.Context()))
+	return db, col
 }
 
 // txCollector acks and keeps every transaction published on the topic.

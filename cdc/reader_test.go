@@ -22,13 +22,8 @@ import (
 
 func TestReaderDecodesCheckpointsAndCompactionAsWholeTransactions(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db, col := startReader(t, nil, nil)
 	ctx := t.Context()
-	broker := ordered()
-	defer broker.Close()
-	col := collectTxs(t, broker)
-	r := newReader(t, db, broker, nil)
-	require.NoError(t, r.Start(ctx))
 
 	store, err := checkpoint.New(checkpoint.Config{DB: checkpoint.PoolDB(db.Pool), Tables: checkpoint.DefaultTables()})
 	require.NoError(t, err)
@@ -79,12 +74,8 @@ func TestReaderDecodesCheckpointsAndCompactionAsWholeTransactions(t *testing.T) 
 
 func TestUnchangedToastedBodyIsNotEmpty(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db, col := startReader(t, nil, nil)
 	ctx := t.Context()
-	broker := ordered()
-	defer broker.Close()
-	col := collectTxs(t, broker)
-	require.NoError(t, newReader(t, db, broker, nil).Start(ctx))
 
 	// Random, incompressible text over 2 KB: stored out of line, so an update that leaves it
 	// alone sends 'u'. Compressible text would stay inline and pass by accident.
@@ -260,12 +251,8 @@ func TestAQuietConnectionIsNotTakenForDead(t *testing.T) {
 // imply, one after the message came back in the same transaction, is still published.
 func TestAMessageDeleteCarriesNoChunkDeletes(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db, col := startReader(t, nil, nil)
 	ctx := t.Context()
-	broker := ordered()
-	defer broker.Close()
-	col := collectTxs(t, broker)
-	require.NoError(t, newReader(t, db, broker, nil).Start(ctx))
 
 	const n = 5000
 	_, err := db.Pool.Exec(ctx, `INSERT INTO messages (id, seq) VALUES ('m', $1), ('other', 2)`, n)
