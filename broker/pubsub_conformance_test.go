@@ -46,7 +46,10 @@ func TestOrderedSubscriberPassesWatermillsSuite(t *testing.T) {
 		require.NoError(t, err)
 		subConn, err := connect(cfg, "suite-subscriber")
 		require.NoError(t, err)
-		js, err := jetstream.New(subConn)
+		// The suite's subscribes pass context.Background(), so JetStream's own 5 s request
+		// bound applied: under load (two busy loops, a fuzzer, the race detector) creating a
+		// consumer took longer, and TestConcurrentClose failed with "context deadline exceeded".
+		js, err := jetstream.New(subConn, jetstream.WithDefaultTimeout(time.Minute))
 		require.NoError(t, err)
 		sub := &orderedSubscriber{js: js, nc: subConn, logger: cfg.Logger, nackDelay: 10 * time.Millisecond,
 			start: jetstream.DeliverAllPolicy, closing: make(chan struct{}),

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 )
 
@@ -86,8 +87,8 @@ func (c *txCollector) next(t testing.TB) *cdc.Tx {
 	select {
 	case tx := <-c.txs:
 		return tx
-	case <-time.After(20 * time.Second):
-		t.Fatal("no transaction within 20s")
+	case <-eventually.Late(t):
+		t.Fatal("no transaction came")
 	}
 	return nil
 }

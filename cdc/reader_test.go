@@ -14,6 +14,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgcluster"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/migrations"
@@ -166,7 +167,7 @@ func TestBrokerOutageStallsThenCatchesUp(t *testing.T) {
 	tx := col.next(t)
 	require.Len(t, tx.Events, 2)
 	// The collector sees the message before Publish returns to the reader.
-	require.Eventually(t, func() bool { return !r.Stats().Stalled && r.Stats().Published == 1 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return !r.Stats().Stalled && r.Stats().Published == 1 })
 }
 
 func TestASecondReaderOnTheSlotWaitsAndTakesOver(t *testing.T) {
@@ -186,13 +187,13 @@ func TestASecondReaderOnTheSlotWaitsAndTakesOver(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, second.Start(ctx))
 	defer second.Stop()
-	require.Eventually(t, func() bool { return second.Stats().Reconnects > 0 }, 10*time.Second, 10*time.Millisecond, "the second reader is refused the held slot")
+	eventually.True(t, func() bool { return second.Stats().Reconnects > 0 }, "the second reader is refused the held slot")
 	require.True(t, first.Stats().Leader)
 	require.False(t, second.Stats().Leader, "a standby")
 
 	first.Stop()
 	require.False(t, first.Stats().Leader)
-	require.Eventually(t, func() bool { return second.Stats().Leader }, 10*time.Second, 10*time.Millisecond, "the standby takes over")
+	eventually.True(t, func() bool { return second.Stats().Leader }, "the standby takes over")
 	_, err = db.Pool.Exec(ctx, "INSERT INTO messages (id) VALUES ('two')")
 	require.NoError(t, err)
 	// At least once: the standby may re-send what the leader never acknowledged, then "two".

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -91,7 +91,7 @@ func (f *groupFixture) group(ins ...checkpoint.AppendStream) []chan groupedResul
 	res := make([]chan groupedResult, len(ins))
 	for i, in := range ins {
 		res[i] = f.start(in)
-		require.Eventually(f.t, func() bool { return checkpoint.PendingAppends(f.p) == i+1 }, time.Minute, time.Millisecond)
+		eventually.True(f.t, func() bool { return checkpoint.PendingAppends(f.p) == i+1 })
 	}
 	release()
 	return res
@@ -104,8 +104,8 @@ func recv(t *testing.T, res chan groupedResult) groupedResult {
 	select {
 	case r := <-res:
 		return r
-	case <-time.After(time.Minute):
-		t.Fatal("no answer within a minute")
+	case <-eventually.Late(t):
+		t.Fatal("no answer came")
 		return groupedResult{}
 	}
 }
@@ -335,12 +335,13 @@ func TestAHeldStreamTakesNoAppendSlot(t *testing.T) {
 func (f *groupFixture) answeredWhileOneWaits(held chan groupedResult) {
 	t := f.t
 	t.Helper()
-	require.Eventually(t, func() bool { // the held append waits on a lock
+	eventually.True(t, func() bool {
 		var waiting int
 		require.NoError(t, f.db.Pool.QueryRow(t.Context(),
 			"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting))
 		return waiting > 0
-	}, time.Minute, 5*time.Millisecond)
+	})
+
 	a := recv(t, f.start(f.text("a", "a")))
 	require.NoError(t, a.err)
 	select {
@@ -428,7 +429,7 @@ func TestALargeAppendTakesNoAppendSlot(t *testing.T) {
 		}
 	}()
 	small := f.start(f.text("small", "s"))
-	require.Eventually(t, func() bool { return checkpoint.PendingAppends(f.p) == 1 }, time.Minute, time.Millisecond)
+	eventually.True(t, func() bool { return checkpoint.PendingAppends(f.p) == 1 })
 	body := strings.Repeat("L", checkpoint.LargeAppendBytes)
 	large := recv(t, f.start(f.text("large", body)))
 	require.NoError(t, large.err)
@@ -448,7 +449,7 @@ func TestALargeAppendTakesNoAppendSlot(t *testing.T) {
 	// One byte less goes through the group commit: it waits for the slot like any other.
 	release = checkpoint.HoldAppendSlots(f.p)
 	below := f.start(f.text("large", body[1:]))
-	require.Eventually(t, func() bool { return checkpoint.PendingAppends(f.p) == 1 }, time.Minute, time.Millisecond)
+	eventually.True(t, func() bool { return checkpoint.PendingAppends(f.p) == 1 })
 	release()
 	release = nil
 	require.NoError(t, recv(t, below).err)

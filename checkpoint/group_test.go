@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -416,8 +416,9 @@ func TestGroupCommitCarriesSeals(t *testing.T) {
 		})
 	}
 	// A seal that bypassed the group would never wait for its slot: fail rather than spin.
-	require.Eventually(t, func() bool { return checkpoint.PendingWrites(w.store) == len(w.ids)-1 }, time.Minute, time.Millisecond,
+	eventually.True(t, func() bool { return checkpoint.PendingWrites(w.store) == len(w.ids)-1 },
 		"the seals wait for the group's only slot")
+
 	close(gate)
 	wg.Wait()
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -296,8 +297,8 @@ func (b *bundle) waitCheckpoint(t testing.TB) producer.CheckpointInfo {
 	select {
 	case info := <-b.checkpoints:
 		return info
-	case <-time.After(10 * time.Second):
-		t.Fatal("no checkpoint within 10s")
+	case <-eventually.Late(t):
+		t.Fatal("no checkpoint came")
 	}
 	return producer.CheckpointInfo{}
 }
@@ -307,8 +308,8 @@ func (b *bundle) waitFailure(t testing.TB) error {
 	select {
 	case err := <-b.failures:
 		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("no checkpoint failure within 10s")
+	case <-eventually.Late(t):
+		t.Fatal("no checkpoint failure came")
 	}
 	return nil
 }
@@ -318,8 +319,8 @@ func (b *bundle) waitHeld(t testing.TB) {
 	t.Helper()
 	select {
 	case <-b.fdb.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no batch reached the gate within 10s")
+	case <-eventually.Late(t):
+		t.Fatal("no batch reached the gate")
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -289,7 +290,7 @@ func TestCompactionRepairsAStalledStream(t *testing.T) {
 	require.ErrorIs(t, b.waitFailure(t), errInjected)
 	// The failure is reported inside the round; the round is over once it armed the stall timer
 	// (a push landing before that would re-force the round, which earns one immediate retry).
-	require.Eventually(t, func() bool { return b.clock.Pending() > 0 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return b.clock.Pending() > 0 })
 	// A stalled stream waits the interval, not a hot loop.
 	batches := b.fdb.batches.Load()
 	require.NoError(t, s.Push(strings.Repeat("c", 16)))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 	"github.com/rindle-sh/rindle-go/producer/relaytest"
@@ -292,30 +293,32 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 	// fenced); every flush answers; the stream seals. A seal that failed during the faults is
 	// retried by its host on the interval until it commits.
 	b.fdb.reset()
-	require.Eventually(t, func() bool { return plane.Resume(t.Context()) == nil }, 20*time.Second, time.Millisecond, "seed %d: reclaim", seed)
+	eventually.True(t, func() bool { return plane.Resume(t.Context()) == nil }, "seed %d: reclaim", seed)
 	if !sealed {
 		sealErr = s.Close(t.Context())
 	}
 	if sealErr != nil && !swept {
 		st.failedSeals++
 		require.ErrorIs(t, sealErr, producer.ErrNotDurable)
-		require.Eventually(t, func() bool {
+		eventually.True(t, func() bool {
 			clock.Advance(producer.DefaultCheckpointInterval)
 			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 			defer cancel()
 			return s.Close(ctx) == nil
-		}, 20*time.Second, time.Millisecond, "seed %d: the failed seal was never retried to a commit", seed)
+		}, "seed %d: the failed seal was never retried to a commit", seed)
+
 	}
 	if swept {
 		// Another writer may have sealed it first, or this host's seal won the race: either
 		// way it is settled.
-		require.Eventually(t, func() bool {
+		eventually.True(t, func() bool {
 			clock.Advance(producer.DefaultCheckpointInterval)
 			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 			defer cancel()
 			err := s.Close(ctx)
 			return err == nil || errors.Is(err, producer.ErrFenced)
-		}, 20*time.Second, time.Millisecond, "seed %d: the swept stream never settled", seed)
+		}, "seed %d: the swept stream never settled", seed)
+
 	}
 	checkP(steps, "quiescence")
 	for range pendingFlushes {

@@ -9,11 +9,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -37,7 +37,7 @@ func TestEventStreamsOnTheLiveTailAreWrittenDirectly(t *testing.T) {
 	t.Cleanup(d.Close)
 	prod := token(t, "svc", "producer")
 	require.Equal(t, http.StatusCreated, c.do("POST", "/v1/messages", prod, []byte(`{"id":"m","owner":"alice"}`)).status)
-	require.Eventually(t, func() bool { _, err := w.view.Get(t.Context(), "m"); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	eventually.True(t, func() bool { _, err := w.view.Get(t.Context(), "m"); return err == nil })
 	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m/open", prod, nil).status)
 	require.Equal(t, http.StatusOK, c.do("POST", "/v1/streams/m/append", prod, []byte(`{"text":"before "}`)).status)
 
@@ -57,7 +57,7 @@ func TestEventStreamsOnTheLiveTailAreWrittenDirectly(t *testing.T) {
 	direct, directBody := read(http.DefaultClient, c.base) //nolint:bodyclose // closed in the helper's cleanup
 	require.True(t, direct.Close, "HTTP/1.1: the response ends with the connection")
 	require.Equal(t, "HTTP/1.1", direct.Proto)
-	require.Eventually(t, func() bool { return d.Stats().Readers == 1 }, 10*time.Second, time.Millisecond, "the reader went to the direct writer")
+	eventually.True(t, func() bool { return d.Stats().Readers == 1 }, "the reader went to the direct writer")
 
 	tlsServer := httptest.NewUnstartedServer(srv.Handler())
 	tlsServer.EnableHTTP2 = true
@@ -94,7 +94,7 @@ func TestEventStreamsOnTheLiveTailAreWrittenDirectly(t *testing.T) {
 	require.NoError(t, err, "the direct response ends at the connection's close")
 	st := d.Stats()
 	require.Positive(t, st.FastWrites)
-	require.Eventually(t, func() bool { return d.Stats().Readers == 0 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return d.Stats().Readers == 0 })
 }
 
 // A direct reader's handler returns once the writer has it, yet the reader keeps its waiting
@@ -126,13 +126,14 @@ func TestADirectReaderHoldsItsSlotAndNoHandler(t *testing.T) {
 	f, err := streamtest.ReadFrame(bufio.NewReader(first.Body))
 	require.NoError(t, err)
 	require.Equal(t, producer.FrameOpen, f.Type)
-	require.Eventually(t, func() bool { return !handlerServing("serveDirect") }, 10*time.Second, 5*time.Millisecond,
+	eventually.True(t, func() bool { return !handlerServing("serveDirect") },
 		"the handler returned once it handed the reader over")
+
 	require.Equal(t, int64(1), d.Stats().Readers)
 	require.Equal(t, http.StatusTooManyRequests, read().StatusCode, "the direct reader holds alice's slot") //nolint:bodyclose // closed in the helper's cleanup
 
 	require.NoError(t, first.Body.Close())
-	require.Eventually(t, func() bool { return d.Stats().Readers == 0 }, 10*time.Second, time.Millisecond, "the hang-up ended the reader")
+	eventually.True(t, func() bool { return d.Stats().Readers == 0 }, "the hang-up ended the reader")
 	again := read() //nolint:bodyclose // closed in the helper's cleanup
 	require.Equal(t, http.StatusOK, again.StatusCode, "the slot came back")
 }

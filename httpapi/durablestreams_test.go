@@ -17,6 +17,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 )
 
 // dsReply is a protocol answer: status, headers, body.
@@ -230,7 +231,7 @@ func TestStreamsLongPollSeesAnotherInstancesAppend(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status)
 		require.Equal(t, " two", r.body)
 		require.NotEmpty(t, r.h.Get("Stream-Cursor"))
-	case <-time.After(10 * time.Second):
+	case <-eventually.Late(t):
 		t.Fatal("the long-poll on the other instance never saw the append")
 	}
 	r = b.ds("GET", p+"?live=long-poll&offset=now", prod, nil, "")
@@ -401,8 +402,9 @@ func waitingLongPoll(t *testing.T, c client, path, offset, tok string) <-chan ds
 			}
 		}
 	}()
-	require.Eventually(t, func() bool {
+	eventually.True(t, func() bool {
 		return c.ds("GET", path+"?live=long-poll&offset=-1", tok, nil, "").status == http.StatusTooManyRequests
-	}, time.Minute, 5*time.Millisecond, "the long-poll never started waiting")
+	}, "the long-poll never started waiting")
+
 	return got
 }

@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -41,7 +41,7 @@ func TestStreamingIngestPushesEachPieceAsItArrives(t *testing.T) {
 	}()
 	emoji := []byte("😀")
 	_, _ = pw.Write([]byte("first "))
-	require.Eventually(t, func() bool { return st.Seq() == 6 }, 10*time.Second, time.Millisecond, "pushed before the body ended")
+	eventually.True(t, func() bool { return st.Seq() == 6 }, "pushed before the body ended")
 	_, _ = pw.Write(emoji[:2]) // a character split across writes
 	_, _ = pw.Write(emoji[2:])
 	_, _ = pw.Write([]byte(" last"))

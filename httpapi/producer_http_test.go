@@ -7,11 +7,11 @@ import (
 	"io"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -126,7 +126,7 @@ func TestIngestIsIdempotentAndEndsOnCancel(t *testing.T) {
 	}()
 	_, _ = pw.Write([]byte(" third"))
 	st, _ := w.plane.Stream("m")
-	require.Eventually(t, func() bool { return st.Seq() == 24 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return st.Seq() == 24 })
 	require.Equal(t, http.StatusAccepted, c.do("POST", "/v1/streams/m/cancel", token(t, "alice", ""), nil).status)
 	select {
 	case resp := <-done:
@@ -137,7 +137,7 @@ func TestIngestIsIdempotentAndEndsOnCancel(t *testing.T) {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&res))
 		require.True(t, res.Cancelled)
 		require.EqualValues(t, 24, res.Seq)
-	case <-time.After(10 * time.Second):
+	case <-eventually.Late(t):
 		t.Fatal("the ingest did not end when the stream was cancelled")
 	}
 	_ = pw.Close()
@@ -156,7 +156,7 @@ func TestReaderSubscribedBeforeTheOpenGetsTheLiveTail(t *testing.T) {
 	c := serve(t, w)
 	prod := token(t, "svc", "producer")
 	require.Equal(t, http.StatusCreated, c.do("POST", "/v1/messages", prod, []byte(`{"id":"m","owner":"alice"}`)).status)
-	require.Eventually(t, func() bool { _, err := w.view.Get(t.Context(), "m"); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	eventually.True(t, func() bool { _, err := w.view.Get(t.Context(), "m"); return err == nil })
 	frames := make(chan producer.Frame, 1024)
 	go func() {
 		defer close(frames)

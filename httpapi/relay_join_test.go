@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -215,7 +216,7 @@ func TestRelayedReaderInBeforeTheOpenGetsTheLiveTail(t *testing.T) {
 	t.Cleanup(func() { prod.Close(); read.Close() })
 	_, err = w.db.Pool.Exec(t.Context(), "INSERT INTO messages (id) VALUES ('m')")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { _, err := w.view.Get(t.Context(), "m"); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	eventually.True(t, func() bool { _, err := w.view.Get(t.Context(), "m"); return err == nil })
 
 	j, err := httpapi.Join(t.Context(), w.view, read, nil, "m", 0)
 	require.NoError(t, err)

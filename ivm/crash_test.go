@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -102,11 +103,11 @@ func TestKilledProducerIsSealedBySweeperAndSeenByTheView(t *testing.T) {
 
 	sw, err := checkpoint.NewSweeper(checkpoint.SweeperConfig{DB: checkpoint.PoolDB(w.db.Pool), Tables: checkpoint.DefaultTables()})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	eventually.True(t, func() bool {
 		n, err := sw.SweepOnce(ctx)
 		require.NoError(t, err)
 		return n == 1
-	}, 10*time.Second, 50*time.Millisecond, "the sweeper seals the row once the dead host's lease lapses")
+	}, "the sweeper seals the row once the dead host's lease lapses")
 
 	var body string
 	var seq int64

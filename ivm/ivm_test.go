@@ -21,6 +21,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/ivm"
 	"github.com/rindle-sh/rindle-go/producer"
@@ -350,8 +351,9 @@ func TestRandomWorkloadWithFaults(t *testing.T) {
 	// converge without CDC by reading missed messages from the database, so this pins the path.
 	var end pglogrepl.LSN
 	require.NoError(t, w.db.Pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end))
-	require.Eventually(t, func() bool { return w.reader.Stats().Acked >= end }, 2*time.Minute, 10*time.Millisecond,
+	eventually.True(t, func() bool { return w.reader.Stats().Acked >= end },
 		"the reader acknowledges the workload's last transaction")
+
 	w.converge(t, ids)
 	close(stopWatch)
 	watchWG.Wait()

@@ -3,13 +3,13 @@ package ivm_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/producer"
 )
 
@@ -50,7 +50,7 @@ func streamOneMessage(t *testing.T, w *world, txs <-chan *cdc.Tx) []*cdc.Tx {
 		select {
 		case tx := <-txs:
 			got = append(got, tx)
-		case <-time.After(20 * time.Second):
+		case <-eventually.Late(t):
 			t.Fatalf("only %d transactions arrived", len(got))
 		}
 	}

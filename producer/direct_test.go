@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -118,7 +119,7 @@ func deliversEveryFrameInOrder(t *testing.T, plain bool) {
 		require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 		bodies[i] = bufio.NewReader(resp.Body)
 	}
-	require.Eventually(t, func() bool { return d.Stats().Readers == readers }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return d.Stats().Readers == readers })
 	var want strings.Builder
 	for i := range pushes {
 		piece := fmt.Sprintf("δ%d😀 ", i)
@@ -168,7 +169,7 @@ func TestDirectWriterSlowReaderCatchesUpOrGoesStale(t *testing.T) {
 	stuck, err := http.Get(url + "/?id=m")
 	require.NoError(t, err)
 	defer stuck.Body.Close()
-	require.Eventually(t, func() bool { return d.Stats().Readers == 2 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return d.Stats().Readers == 2 })
 
 	// Frames of 16 KiB, one at a time, each pushed once the last went to both readers (a fast
 	// write, or a write that would block and hands the reader to its own goroutine), until a
@@ -183,10 +184,11 @@ func TestDirectWriterSlowReaderCatchesUpOrGoesStale(t *testing.T) {
 		before := d.Stats()
 		require.NoError(t, s.Push(big))
 		want.WriteString(big)
-		require.Eventually(t, func() bool {
+		eventually.True(t, func() bool {
 			now := d.Stats()
 			return (now.FastWrites-before.FastWrites)+(now.Handoffs-before.Handoffs) >= 2
-		}, 10*time.Second, time.Millisecond, "push %d went to both readers", pushes)
+		}, "push %d went to both readers", pushes)
+
 	}
 	for range 32 {
 		require.NoError(t, s.Push(big))
@@ -218,7 +220,7 @@ func TestDirectWriterSlowReaderCatchesUpOrGoesStale(t *testing.T) {
 	frames = append(frames, f, producer.Frame{Type: producer.FrameEnd})
 	text, _ := streamtest.Replay(t, "", frames)
 	require.Equal(t, want.String(), text, "every frame, in order")
-	require.Eventually(t, func() bool { return d.Stats().FastWrites > fast }, 10*time.Second, time.Millisecond, "back on the fast path")
+	eventually.True(t, func() bool { return d.Stats().FastWrites > fast }, "back on the fast path")
 
 	// The stuck reader never read: its queue overflowed, and it ends with stale.
 	for range 200 {
@@ -269,7 +271,7 @@ func TestDirectWriterLetsGoOfGoneClientsAndCloses(t *testing.T) {
 	kept, err := http.Get(url + "/?id=m")
 	require.NoError(t, err)
 	defer kept.Body.Close()
-	require.Eventually(t, func() bool { return d.Stats().Readers == 2 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return d.Stats().Readers == 2 })
 	require.NoError(t, gone.Close())
 	var result error
 	for pushed := 0; ; pushed++ {
@@ -282,13 +284,13 @@ func TestDirectWriterLetsGoOfGoneClientsAndCloses(t *testing.T) {
 		break
 	}
 	require.Error(t, result, "the gone client's write failed")
-	require.Eventually(t, func() bool { return subscribers.Load() == 1 }, 10*time.Second, time.Millisecond, "its subscription detached")
+	eventually.True(t, func() bool { return subscribers.Load() == 1 }, "its subscription detached")
 
 	d.Close()
 	require.Error(t, <-served)
 	_, err = io.ReadAll(kept.Body)
 	require.NoError(t, err, "the kept reader's response ends at the close")
-	require.Eventually(t, func() bool { return subscribers.Load() == 0 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return subscribers.Load() == 0 })
 }
 
 // noSyscall hides a connection's descriptor, as a wrapping listener would.
@@ -332,7 +334,7 @@ func TestDirectWriterRandomSchedules(t *testing.T) {
 					})
 				})
 			}
-			require.Eventually(t, func() bool { return d.Stats().Readers == int64(readers) }, 10*time.Second, time.Millisecond)
+			eventually.True(t, func() bool { return d.Stats().Readers == int64(readers) })
 			var want strings.Builder
 			for range 200 + rng.IntN(300) {
 				piece := strings.Repeat(string(rune('a'+rng.IntN(26))), 1+rng.IntN(2000)) + "😀"
@@ -444,9 +446,10 @@ func TestDirectWriterHoldsNoGoroutinePerWaitingReader(t *testing.T) {
 		require.NoError(t, err)
 		conns[i] = bufio.NewReader(c)
 	}
-	require.Eventually(t, func() bool { return d.Stats().Readers == readers }, 10*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { return directGoroutines() == 0 }, 10*time.Second, 5*time.Millisecond,
+	eventually.True(t, func() bool { return d.Stats().Readers == readers })
+	eventually.True(t, func() bool { return directGoroutines() == 0 },
 		"no goroutine per waiting reader (%d found)", directGoroutines())
+
 	require.NoError(t, s.Push("hello"))
 	for i, r := range conns {
 		resp, err := http.ReadResponse(r, nil) //nolint:bodyclose // the body is the event stream, read from r; the connection closes in cleanup
@@ -492,7 +495,7 @@ func TestDirectWriterLetsGoOfAClientThatHangsUpWhileIdle(t *testing.T) {
 		require.Contains(t, err.Error(), "the client went away")
 	}
 	require.Zero(t, d.Stats().Readers)
-	require.Eventually(t, func() bool { return subscribers.Load() == 0 }, 10*time.Second, time.Millisecond, "every subscription detached")
+	eventually.True(t, func() bool { return subscribers.Load() == 0 }, "every subscription detached")
 }
 
 // Serve is Start that waits: it returns when ctx ends, having closed the connection.
@@ -563,7 +566,7 @@ func TestDirectWriterRandomHangUps(t *testing.T) {
 					texts[i], errs[i] = readText(r, func(n int) bool { return n != leaveAt[i] })
 				})
 			}
-			require.Eventually(t, func() bool { return d.Stats().Readers+int64(len(served)) == int64(readers) }, 10*time.Second, time.Millisecond)
+			eventually.True(t, func() bool { return d.Stats().Readers+int64(len(served)) == int64(readers) })
 			var want strings.Builder
 			for range 100 + rng.IntN(200) {
 				piece := strings.Repeat(string(rune('a'+rng.IntN(26))), 1+rng.IntN(3000))
@@ -589,7 +592,7 @@ func TestDirectWriterRandomHangUps(t *testing.T) {
 				}
 			}
 			require.GreaterOrEqual(t, ended, stayers, "every reader that stayed ended with its end frame")
-			require.Eventually(t, func() bool { return d.Stats().Readers == 0 && subscribers.Load() == 0 }, 10*time.Second, time.Millisecond)
+			eventually.True(t, func() bool { return d.Stats().Readers == 0 && subscribers.Load() == 0 })
 			require.Empty(t, served, "no reader ended twice")
 		})
 	}
@@ -626,7 +629,7 @@ func TestDirectWriterAnEndReadThenAHangUpIsAnEnd(t *testing.T) {
 				}
 			})
 		}
-		require.Eventually(t, func() bool { return d.Stats().Readers == readers }, 10*time.Second, time.Millisecond)
+		eventually.True(t, func() bool { return d.Stats().Readers == readers })
 		require.NoError(t, s.Push("x"))
 		require.NoError(t, s.Close(t.Context()))
 		wg.Wait()
@@ -694,16 +697,16 @@ func TestDirectWriterRingFailureEndsTheReadersInDoubt(t *testing.T) {
 		return out
 	}
 	first := read(3) // returns once the three have their response heads
-	require.Eventually(t, func() bool { return d.Stats().Readers == 3 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return d.Stats().Readers == 3 })
 	failAt.Store(submissions.Load() + 2)
 	for i := 0; submissions.Load() < failAt.Load(); i++ {
 		before := submissions.Load()
 		push(fmt.Sprintf("δ%d ", i))
-		require.Eventually(t, func() bool { return submissions.Load() > before || d.Stats().Readers < 3 }, 10*time.Second, time.Millisecond)
+		eventually.True(t, func() bool { return submissions.Load() > before || d.Stats().Readers < 3 })
 	}
 	ringSends := d.Stats().RingSends
 	later := read(2)
-	require.Eventually(t, func() bool { return d.Stats().Readers+int64(len(served)) == 5 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return d.Stats().Readers+int64(len(served)) == 5 })
 	for i := range 50 {
 		push(fmt.Sprintf("ε%d ", i))
 	}
@@ -849,6 +852,6 @@ func TestDirectWriterAShortWriteAfterLettingGo(t *testing.T) {
 	plan(endThenHalf)
 	require.NoError(t, s.Push("E😀"))
 	require.ErrorContains(t, <-ended, "the client went away")
-	require.Eventually(t, func() bool { return d.Stats().Readers == 0 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return d.Stats().Readers == 0 })
 	require.Equal(t, uint64(1), d.Stats().Handoffs, "an ended reader is not handed to a goroutine")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -472,11 +473,11 @@ func TestCheckpointSpreadNeverDelays(t *testing.T) {
 		require.NoError(t, s.Push("x"))
 	}
 	clock.Advance(599 * time.Millisecond)
-	require.Eventually(t, func() bool { return clock.Pending() == 20 }, 5*time.Second, time.Millisecond, "nothing fires before interval - spread")
+	eventually.True(t, func() bool { return clock.Pending() == 20 }, "nothing fires before interval - spread")
 	clock.Advance(401 * time.Millisecond)
 	for i := range 20 {
 		s, _ := w.plane.Stream(fmt.Sprintf("m%d", i))
-		require.Eventually(t, func() bool { return s.DurableSeq() == 1 }, 5*time.Second, time.Millisecond, "every stream checkpointed by the interval")
+		eventually.True(t, func() bool { return s.DurableSeq() == 1 }, "every stream checkpointed by the interval")
 	}
 	_, err := producer.New(producer.Config{Committer: producer.CommitFunc(w.store.commit), Authorize: allow, CheckpointInterval: time.Second, CheckpointSpread: time.Second})
 	var ce *producer.ConfigError
@@ -531,7 +532,7 @@ func TestDurabilityShowsAStallWhileItLasts(t *testing.T) {
 	require.True(t, still, "it still lingers for late joins")
 	require.Equal(t, producer.DurabilityStats{}, w.plane.Durability())
 	w.clock.Advance(producer.DefaultLinger + time.Second)
-	require.Eventually(t, func() bool { _, ok := w.plane.Stream("m"); return !ok }, 5*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { _, ok := w.plane.Stream("m"); return !ok })
 	require.Equal(t, int64(0), live.Load(), "eviction does not count it out twice")
 }
 
@@ -561,12 +562,13 @@ func TestPushesDuringACheckpointWaitForTheNextTrigger(t *testing.T) {
 	require.NoError(t, s.Push("e"))
 	require.NoError(t, s.Push("f"))
 	close(release)
-	require.Eventually(t, func() bool { return s.DurableSeq() == 6 || w.clock.Pending() == 1 }, 5*time.Second, time.Millisecond,
+	eventually.True(t, func() bool { return s.DurableSeq() == 6 || w.clock.Pending() == 1 },
 		"the drain settles: a second round, or the interval armed for what is pending")
+
 	require.Equal(t, producer.Seq(4), s.DurableSeq(), "the two characters that arrived during the round wait")
 	require.Equal(t, 1, w.clock.Pending(), "the interval is armed for them")
 	w.clock.Advance(time.Second)
-	require.Eventually(t, func() bool { return s.DurableSeq() == 6 }, 5*time.Second, time.Millisecond, "the interval commits them")
+	eventually.True(t, func() bool { return s.DurableSeq() == 6 }, "the interval commits them")
 
 	w.store.mu.Lock()
 	var appends [][2]producer.Seq
@@ -605,8 +607,9 @@ func TestAStalledStreamWaitsForItsTimerNotTheNextPush(t *testing.T) {
 	}
 	s := w.open(t, "m")
 	require.NoError(t, s.Push("abcd")) // the size (4): a round, which fails
-	require.Eventually(t, func() bool { return w.clock.Pending() == 1 && !producer.Draining(s) }, 5*time.Second, time.Millisecond,
+	eventually.True(t, func() bool { return w.clock.Pending() == 1 && !producer.Draining(s) },
 		"the failed round is over and has armed its retry timer")
+
 	require.Equal(t, int64(1), appends.Load())
 
 	require.NoError(t, s.Push("efgh"))
@@ -615,11 +618,11 @@ func TestAStalledStreamWaitsForItsTimerNotTheNextPush(t *testing.T) {
 
 	failing.Store(false)
 	w.clock.Advance(time.Second)
-	require.Eventually(t, func() bool { return s.DurableSeq() == 8 }, 5*time.Second, time.Millisecond, "the retry timer commits everything")
+	eventually.True(t, func() bool { return s.DurableSeq() == 8 }, "the retry timer commits everything")
 	require.Equal(t, int64(2), appends.Load())
 
 	// Recovered: the size triggers again at once.
 	require.NoError(t, s.Push("ijkl"))
-	require.Eventually(t, func() bool { return s.DurableSeq() == 12 }, 5*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return s.DurableSeq() == 12 })
 	require.NoError(t, s.Close(t.Context()))
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -108,11 +109,12 @@ func TestRelayPublishMirrorsEveryFrameInOrder(t *testing.T) {
 	open := producer.Frame{Type: producer.FrameOpen, StreamID: "m"}
 	want := []producer.Frame{open, chunk(0, 2, "ab"), durable(2), end(2)}
 	// Publish runs in the plane's relay goroutine, after the fact.
-	require.Eventually(t, func() bool {
+	eventually.True(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) >= len(want)
-	}, 10*time.Second, time.Millisecond)
+	})
+
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, want, got, "an open at 0, then what readers get")
@@ -144,7 +146,7 @@ func TestBlockedRelayNeverStallsTheProducer(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
+	case <-eventually.Late(t):
 		t.Fatal("the producer stalled behind a blocked relay")
 	}
 	text, status := w.store.get("m")
@@ -172,7 +174,7 @@ func TestRelayPublishFailuresNeverReachTheProducer(t *testing.T) {
 	text, status := w.store.get("m")
 	require.Equal(t, "abcdefgh", text)
 	require.Equal(t, producer.StatusComplete, status)
-	require.Eventually(t, func() bool { return len(w.relayErrors()) >= 4 }, 10*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return len(w.relayErrors()) >= 4 })
 	errs := w.relayErrors()
 	for _, e := range errs {
 		require.Equal(t, producer.RelayPublish, e.phase)
@@ -209,7 +211,7 @@ func TestRelayAttach(t *testing.T) {
 		require.Equal(t, producer.RelayAttach, w.relayErrors()[0].phase)
 		close(release)
 		<-returned
-		require.Eventually(t, late.closed.Load, 5*time.Second, time.Millisecond)
+		eventually.True(t, late.closed.Load)
 	})
 	t.Run("FramesAreConformed", func(t *testing.T) {
 		t.Parallel()
@@ -220,7 +222,7 @@ func TestRelayAttach(t *testing.T) {
 			{Type: producer.FrameOpen, StreamID: "far", From: 2, Seq: 2, DurableSeq: 2},
 			chunk(2, 4, "cd"), chunk(4, 6, "ef"), durable(5), end(6),
 		}, frames)
-		require.Eventually(t, src.closed.Load, 5*time.Second, time.Millisecond)
+		eventually.True(t, src.closed.Load)
 	})
 	t.Run("ViolationIsStale", func(t *testing.T) {
 		t.Parallel()
@@ -229,7 +231,7 @@ func TestRelayAttach(t *testing.T) {
 		frames := streamtest.Collect(t, w.subscribe(t, "far", 0))
 		require.Equal(t, stale(1, 0), frames[len(frames)-1])
 		require.Equal(t, producer.RelayFrames, w.relayErrors()[0].phase)
-		require.Eventually(t, src.closed.Load, 5*time.Second, time.Millisecond)
+		eventually.True(t, src.closed.Load)
 	})
 	t.Run("TruncatedSourceIsStale", func(t *testing.T) {
 		t.Parallel()
@@ -287,7 +289,7 @@ func TestRelayAttach(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, producer.FrameOpen, f.Type)
 		sub.Close()
-		require.Eventually(t, src.closed.Load, 5*time.Second, time.Millisecond)
+		eventually.True(t, src.closed.Load)
 	})
 	t.Run("SlowRelayedReaderIsDropped", func(t *testing.T) {
 		t.Parallel()
@@ -297,7 +299,7 @@ func TestRelayAttach(t *testing.T) {
 		}
 		w := newRelayWorld(t, attaching(src, nil), func(c *producer.Config) { c.MaxQueuedFrames = 3 })
 		sub := w.subscribe(t, "far", 0)
-		require.Eventually(t, src.closed.Load, 5*time.Second, time.Millisecond, "the overflow released the adapter")
+		eventually.True(t, src.closed.Load, "the overflow released the adapter")
 		frames := streamtest.Collect(t, sub)
 		require.Len(t, frames, 4)
 		// As in the seed, the stale sits at the conform position, which already counts the
@@ -322,7 +324,7 @@ func TestRelaySourceQuietAtFirstEndsTheReaderStale(t *testing.T) {
 	f, err := sub.Next(guard)
 	require.NoError(t, err, "the reader is still waiting on the quiet source")
 	require.Equal(t, producer.FrameStale, f.Type)
-	require.Eventually(t, quiet.closed.Load, 10*time.Second, time.Millisecond, "the quiet source is closed")
+	eventually.True(t, quiet.closed.Load, "the quiet source is closed")
 	errs := w.relayErrors()
 	require.NotEmpty(t, errs)
 	require.Equal(t, producer.RelayFrames, errs[0].phase)

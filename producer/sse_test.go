@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/internal/clocktest"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -127,7 +128,7 @@ func TestSSEHeadersKeepAliveAndIDs(t *testing.T) {
 	require.Equal(t, "2", ev.ID)
 	require.JSONEq(t, `{"type":"chunk","from":1,"seq":2,"text":"i"}`, ev.Data)
 	// Idle: the keep-alive comment, on the clock's cadence.
-	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return keepAlive.Pending() > 0 })
 	keepAlive.Advance(producer.DefaultKeepAlive)
 	ev, err = streamtest.ReadSSE(r)
 	require.NoError(t, err)
@@ -161,7 +162,7 @@ func TestSSEKeepAliveOnlyWhenIdle(t *testing.T) {
 	ev, err := streamtest.ReadSSE(r)
 	require.NoError(t, err)
 	require.Equal(t, "0", ev.ID, "the open frame")
-	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return keepAlive.Pending() > 0 })
 	keepAlive.Advance(producer.DefaultKeepAlive / 2)
 	require.NoError(t, s.Push("a"))
 	ev, err = streamtest.ReadSSE(r)
@@ -169,7 +170,7 @@ func TestSSEKeepAliveOnlyWhenIdle(t *testing.T) {
 	require.Equal(t, "1", ev.ID)
 	// The period ends with a write half a period old: no ping, a new period to its end.
 	keepAlive.Advance(producer.DefaultKeepAlive / 2)
-	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return keepAlive.Pending() > 0 })
 	require.NoError(t, s.Push("b"))
 	ev, err = streamtest.ReadSSE(r)
 	require.NoError(t, err)
@@ -177,7 +178,7 @@ func TestSSEKeepAliveOnlyWhenIdle(t *testing.T) {
 	require.Equal(t, "2", ev.ID)
 	// Idle for a whole KeepAlive: the ping.
 	keepAlive.Advance(producer.DefaultKeepAlive)
-	require.Eventually(t, func() bool { return keepAlive.Pending() > 0 }, 5*time.Second, time.Millisecond)
+	eventually.True(t, func() bool { return keepAlive.Pending() > 0 })
 	keepAlive.Advance(producer.DefaultKeepAlive)
 	ev, err = streamtest.ReadSSE(r)
 	require.NoError(t, err)
@@ -373,7 +374,7 @@ func TestSSEHeadGoesWithTheFirstFrames(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- producer.WriteSSE(ctx, idle, blockingReader{}, producer.SSEConfig{Retry: time.Second}) }()
-	require.Eventually(t, func() bool { return idle.count() == 1 }, 5*time.Second, time.Millisecond, "the head is flushed without waiting for a frame")
+	eventually.True(t, func() bool { return idle.count() == 1 }, "the head is flushed without waiting for a frame")
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.Equal(t, http.StatusOK, idle.Code)

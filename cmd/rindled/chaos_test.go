@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/faultnet"
 	"github.com/rindle-sh/rindle-go/internal/natstest"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
@@ -97,7 +98,7 @@ func (e *chaosEnv) start(name string) *chaosHost {
 	}
 	h.instance = spawn(t, name, e.bin, args, []string{
 		fmt.Sprintf("DATABASE_URL=postgres://postgres@%s/%s?sslmode=disable", pg.Addr(), e.db.Name), "RINDLE_JWT_SECRET=" + testSecret})
-	require.Eventually(t, func() bool { s, _ := e.do(h, "GET", "/readyz", "", ""); return s == http.StatusOK }, 30*time.Second, 50*time.Millisecond, "%s never ready", name)
+	eventually.True(t, func() bool { s, _ := e.do(h, "GET", "/readyz", "", ""); return s == http.StatusOK }, "%s never ready", name)
 	return h
 }
 
@@ -332,10 +333,11 @@ func (e *chaosEnv) verify(id string, run *chaosRun, readers []*chaosReader, live
 	t := e.t
 	t.Helper()
 	var body, status string
-	require.Eventually(t, func() bool {
+	eventually.True(t, func() bool {
 		body, status = e.db.DurableText(t, id)
 		return producer.Status(status).Terminal()
-	}, 60*time.Second, 50*time.Millisecond, "%s never sealed (status %s)", id, status)
+	}, "%s never sealed (status %s)", id, status)
+
 	produced := run.text()
 	o.status, o.produced, o.body, o.acked = status, producer.Len16(produced), producer.Len16(body), run.acked
 	o.refused, o.fenced, o.maxAppend = run.refused, run.fenced, run.maxAppend
@@ -386,10 +388,11 @@ func (e *chaosEnv) verify(id string, run *chaosRun, readers []*chaosReader, live
 	// Every live instance's view equals the database.
 	for _, h := range live {
 		var got struct{ Text, Status string }
-		require.Eventually(t, func() bool {
+		eventually.True(t, func() bool {
 			s, b := e.do(h, "GET", "/v1/streams/"+id, e.reader, "")
 			return s == http.StatusOK && json.Unmarshal(b, &got) == nil && got.Status == status && got.Text == body
-		}, 30*time.Second, 50*time.Millisecond, "%s: the view on %s: %d units %s; the database: %d units %s", id, h.name, producer.Len16(got.Text), got.Status, o.body, status)
+		}, "%s: the view on %s: %d units %s; the database: %d units %s", id, h.name, producer.Len16(got.Text), got.Status, o.body, status)
+
 	}
 	o.verdict = "ok"
 }
@@ -625,7 +628,7 @@ func TestStartFailsFastAgainstAServerThatNeverAnswers(t *testing.T) {
 		select {
 		case err := <-done:
 			return err
-		case <-time.After(30 * time.Second):
+		case <-eventually.Late(t):
 			t.Fatal("rindled hung against a server that never answers")
 		}
 		return nil

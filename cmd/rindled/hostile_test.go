@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 )
 
@@ -154,7 +155,7 @@ func TestHostileClients(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.Eventually(t, func() bool { return h.fds() <= baseFDs+8 }, time.Minute, 50*time.Millisecond,
+	eventually.True(t, func() bool { return h.fds() <= baseFDs+8 },
 		"the server holds no descriptor for the stalled connections (base %d)", baseFDs)
 
 	// 2. Floods of Host headers, paths and methods: the second flood, all new values, adds no

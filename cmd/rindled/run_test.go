@@ -26,6 +26,7 @@ import (
 	"github.com/rindle-sh/rindle-go/cdc"
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/migrations"
 )
@@ -193,8 +194,9 @@ func TestServeThenDrainOnSignal(t *testing.T) {
 	require.Equal(t, http.StatusCreated, call("POST", "/v1/messages", `{"id":"m","owner":"alice"}`))
 	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/open", ""))
 	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/append", `{"text":"cut short 😀"}`))
-	require.Eventually(t, func() bool { return call("GET", "/readyz", "") == http.StatusOK }, 10*time.Second, 20*time.Millisecond,
+	eventually.True(t, func() bool { return call("GET", "/readyz", "") == http.StatusOK },
 		"ready once the CDC reader streams the slot")
+
 	var health bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"health", "-addr", strings.TrimPrefix(base, "http://")}, env, &health, io.Discard))
 	require.Equal(t, "ready\n", health.String(), "the container health check")
@@ -203,7 +205,7 @@ func TestServeThenDrainOnSignal(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(60 * time.Second):
+	case <-eventually.Late(t):
 		t.Fatal("rindled did not stop")
 	}
 	var body, status string
@@ -279,12 +281,13 @@ func TestSecondInstanceWithoutABrokerIsNotReady(t *testing.T) {
 	// (on a loaded machine the second sometimes did, and the first never became ready). The
 	// bounds only stop a hung run; each wait ends when its condition holds.
 	first := startRindled(t, db)
-	require.Eventually(t, func() bool { s, _ := get(first.base); return s == http.StatusOK }, 2*time.Minute, 20*time.Millisecond)
+	eventually.True(t, func() bool { s, _ := get(first.base); return s == http.StatusOK })
 	second := startRindled(t, db)
-	require.Eventually(t, func() bool {
+	eventually.True(t, func() bool {
 		s, b := get(second.base)
 		return s == http.StatusServiceUnavailable && strings.Contains(b, "several instances need -broker-url")
-	}, 2*time.Minute, 20*time.Millisecond, "the second says why it is not ready")
+	}, "the second says why it is not ready")
+
 	s, _ := get(first.base)
 	require.Equal(t, http.StatusOK, s, "the first stays ready")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/natstest"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
@@ -84,7 +85,7 @@ func (c *cluster) start(name string) *instance {
 	in := spawn(t, name, c.bin, []string{"-addr", "127.0.0.1:0", "-slot", c.db.Slot(), "-broker-url", c.nats.URL(),
 		"-host-id", name, "-lease-ttl", "2s", "-demo", "false", "-drain-timeout", "5s"},
 		[]string{"DATABASE_URL=" + c.db.URL, "RINDLE_JWT_SECRET=" + testSecret})
-	require.Eventually(t, func() bool { return c.status(in, "GET", "/readyz", "", "") == http.StatusOK }, 30*time.Second, 50*time.Millisecond)
+	eventually.True(t, func() bool { return c.status(in, "GET", "/readyz", "", "") == http.StatusOK })
 	return in
 }
 
@@ -128,7 +129,7 @@ func spawn(t *testing.T, name, bin string, args, env []string) *instance {
 	case in.base = <-urls:
 	case <-in.done:
 		t.Fatalf("%s exited: %s", name, in.logs.String())
-	case <-time.After(60 * time.Second):
+	case <-eventually.Late(t):
 		t.Fatalf("%s never listened: %s", name, in.logs.String())
 	}
 	return in
@@ -195,11 +196,12 @@ type answer struct {
 // answer got, not by sleeps, so a slow machine moves the test's steps with the answer.
 func (a *answer) after(t *testing.T, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	eventually.True(t, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return a.acked >= n
-	}, 60*time.Second, 5*time.Millisecond, "%s: %d deltas acknowledged", a.id, n)
+	}, "%s: %d deltas acknowledged", a.id, n)
+
 }
 
 func (a *answer) text() string {
@@ -351,7 +353,7 @@ func (c *cluster) collect(results <-chan readResult, n int, id string, status pr
 		var r readResult
 		select {
 		case r = <-results:
-		case <-time.After(120 * time.Second):
+		case <-eventually.Late(t):
 			t.Fatalf("a reader of %s never ended", id)
 		}
 		require.NoError(t, r.err, r.label)
@@ -373,10 +375,11 @@ func (c *cluster) viewsAgree(ids []string, ins ...*instance) {
 		body, status := c.db.DurableText(t, id)
 		for _, in := range ins {
 			var got struct{ Text, Status string }
-			require.Eventually(t, func() bool {
+			eventually.True(t, func() bool {
 				s, b := c.do(in, "GET", "/v1/streams/"+id, c.reader, "")
 				return s == http.StatusOK && json.Unmarshal(b, &got) == nil && got.Status == status && got.Text == body
-			}, 20*time.Second, 50*time.Millisecond, "the view of %s on %s: %q %s, database %q %s", id, in.name, got.Text, got.Status, body, status)
+			}, "the view of %s on %s: %q %s, database %q %s", id, in.name, got.Text, got.Status, body, status)
+
 		}
 	}
 }
@@ -404,7 +407,7 @@ func TestScaleOutThreeInstancesOneBroker(t *testing.T) {
 
 	// B first, so B's reader takes the slot: the producer's instance and the CDC leader differ.
 	b := c.start("B")
-	require.Eventually(t, func() bool { return c.leader() == "B" }, 20*time.Second, 50*time.Millisecond)
+	eventually.True(t, func() bool { return c.leader() == "B" })
 	a, cc := c.start("A"), c.start("C")
 	rng := rand.New(rand.NewPCG(11, 12))
 
@@ -455,11 +458,12 @@ func TestScaleOutThreeInstancesOneBroker(t *testing.T) {
 	killed := time.Now()
 	b.kill(t)
 	var failover time.Duration
-	require.Eventually(t, func() bool {
+	eventually.True(t, func() bool {
 		l := c.leader()
 		failover = time.Since(killed)
 		return l == "C" || l == "A2"
-	}, 30*time.Second, 20*time.Millisecond, "no instance took the slot over")
+	}, "no instance took the slot over")
+
 	t.Logf("FIGURE CDC failover (kill -9 of the leader → another instance streaming the slot): %v", failover.Round(time.Millisecond))
 	<-m3.ended
 	c.collect(results, 4, "m3", producer.StatusComplete)

@@ -65,9 +65,9 @@ func (s *stack) token(t *testing.T, service string, flags ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// eventually polls cond until it holds, for at most limit: the condition is a container's or a
+// within polls cond until it holds, for at most limit: the condition is a container's or a
 // replication stream's progress, which no event of ours signals.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+func within(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	last := ""
@@ -151,7 +151,7 @@ func TestComposeStackServes(t *testing.T) {
 		seq, attempts := 0, 0
 		push := func(text string) {
 			body, _ := json.Marshal(map[string]any{"text": text, "expectedSeq": seq})
-			eventually(t, 3*time.Minute, "append "+text, func() (bool, string) {
+			within(t, 3*time.Minute, "append "+text, func() (bool, string) {
 				attempts++
 				st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id+"/append", "POST", producerToken, string(body))
 				switch {
@@ -181,14 +181,14 @@ func TestComposeStackServes(t *testing.T) {
 		before, err := started()
 		require.NoError(t, err, "%s", before)
 		s.compose(t, "restart", "postgres")
-		eventually(t, 2*time.Minute, "PostgreSQL is back, restarted", func() (bool, string) {
+		within(t, 2*time.Minute, "PostgreSQL is back, restarted", func() (bool, string) {
 			now, err := started()
 			return err == nil && now != before, now
 		})
 		for i := range 20 {
 			push(fmt.Sprintf("after %d. ", i))
 		}
-		eventually(t, 3*time.Minute, "close", func() (bool, string) {
+		within(t, 3*time.Minute, "close", func() (bool, string) {
 			st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id+"/close", "POST", producerToken, "")
 			if st == http.StatusOK {
 				return true, ""
@@ -201,12 +201,12 @@ func TestComposeStackServes(t *testing.T) {
 	})
 
 	t.Run("a checkpoint's trace reaches the collector and metrics reach Prometheus", func(t *testing.T) {
-		eventually(t, 2*time.Minute, "the collector logs a checkpoint span of stream m1", func() (bool, string) {
+		within(t, 2*time.Minute, "the collector logs a checkpoint span of stream m1", func() (bool, string) {
 			out, err := s.try("logs", "--no-color", "otel-collector")
 			return err == nil && strings.Contains(out, "rindle.checkpoint") && strings.Contains(out, "rindle.stream_id=m1"), "no span yet"
 		})
 		for _, q := range []string{`sum(otelcol_receiver_accepted_spans) > 0`, `sum(rindle_checkpoint_duration_seconds_count{job="rindled"}) > 0`} {
-			eventually(t, 2*time.Minute, "Prometheus answers "+q, func() (bool, string) {
+			within(t, 2*time.Minute, "Prometheus answers "+q, func() (bool, string) {
 				return promHas(t, q)
 			})
 		}
@@ -308,7 +308,7 @@ func (s *stack) healthy(t *testing.T, services []string) {
 // viewShows waits until the view of id is complete and holds want.
 func viewShows(t *testing.T, api, tok, id, want string) {
 	t.Helper()
-	eventually(t, 2*time.Minute, "the view of "+id, func() (bool, string) {
+	within(t, 2*time.Minute, "the view of "+id, func() (bool, string) {
 		st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id, "GET", tok, "")
 		var v struct{ Text, Status string }
 		if st == http.StatusOK {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rindle-sh/rindle-go/checkpoint"
 	"github.com/rindle-sh/rindle-go/internal/demo"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/pgtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -146,19 +147,21 @@ func TestTheDemoKeepsABoundedNumberOfAnswers(t *testing.T) {
 	}
 	for i := range 4 {
 		// One answer at a time (MaxRunning 1): a 429 means the last one has not finished yet.
-		require.Eventually(t, func() bool {
+		eventually.True(t, func() bool {
 			resp, err := http.Post(srvURL+"/demo/answers?tokens=2&rate=2000", "", nil)
 			require.NoError(t, err)
 			resp.Body.Close()
 			return resp.StatusCode == http.StatusCreated
-		}, time.Minute, 10*time.Millisecond, "answer %d", i)
+		}, "answer %d", i)
+
 	}
-	require.Eventually(t, func() bool {
+	eventually.True(t, func() bool {
 		resp, err := http.Post(srvURL+"/demo/answers?tokens=2&rate=2000", "", nil)
 		require.NoError(t, err)
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusCreated
-	}, time.Minute, 10*time.Millisecond)
+	})
+
 	require.NoError(t, plane.Drain(t.Context()))
 	d.Stop()
 	require.Equal(t, 2, rows(), "the two newest finished answers are kept")
