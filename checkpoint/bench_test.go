@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
@@ -319,6 +322,12 @@ func BenchmarkWALPerByte(b *testing.B) {
 // Both sides share the machine's cores with their server, so it also reports each side's CPU per
 // checkpoint in the rounds, read per process: the client's (this process's own while the Store
 // runs; pgbench's from its exit status) and the server's (every PostgreSQL process, from /proc).
+//
+// Two more sides take their turn in each round, running pgbench's transactions (the same
+// statements and sizes, the stream and the text as parameters) from as many goroutines in this
+// process, with none of the Store: a bare pgx client ("pgx-ratio", over pgbench's), and a
+// wire-level one on pgconn, its statement prepared once and its parameters encoded once
+// ("pgconn-ratio"). They say how much of the gap is the Store's and how much is a Go client's.
 func BenchmarkCheckpointSaturation(b *testing.B) {
 	pgbench, err := pgcluster.Binary("pgbench")
 	if err != nil {
@@ -392,8 +401,10 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 			sizes[lo+1] = hiWeight
 		}
 		most := lo + min(1, hiWeight)
-		_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status, host) SELECT 'p' || c || '-' || k, 'bench', 'streaming', 'bench' FROM generate_series(0, $1 - 1) c, generate_series(1, $2) k`, clients, most) // pgbench numbers its clients from 0
-		require.NoError(b, err)
+		for _, p := range []string{"p", "x"} { // pgbench's streams, and the bare pgx client's
+			_, err = db.Pool.Exec(ctx, `INSERT INTO messages (id, owner, status, host) SELECT $3 || c || '-' || k, 'bench', 'streaming', 'bench' FROM generate_series(0, $1 - 1) c, generate_series(1, $2) k`, clients, most, p) // pgbench numbers its clients from 0
+			require.NoError(b, err)
+		}
 		args := []string{"-n", "-M", "prepared"}
 		var scriptSizes []int // each script's checkpoints per transaction, in pgbench's order
 		for _, size := range []int{lo, lo + 1} {
@@ -453,13 +464,128 @@ SELECT * FROM cas;
 			return checkpoints, txs, self, server
 		}
 
-		var ours, theirs, ourTxs, theirTxs float64
-		var ourSelf, ourServer, theirSelf, theirServer time.Duration
+		// runPgx is pgbench's workload from a bare pgx client in this process: c goroutines,
+		// each sending the scripts' transactions (the same statements, the stream and the text
+		// as parameters) through the pool as one batch, one Sync, in the scripts' proportion. It
+		// is what a Go client on pgx costs with none of the Store's machinery (a goroutine per
+		// stream, the group commit's hand-offs, the checkpoint's bookkeeping).
+		bare := `WITH cas AS (
+  UPDATE messages SET seq = seq + 300 WHERE id = $1 AND status = 'streaming' AND host = 'bench'
+  RETURNING seq, cancel_requested
+), ins AS (
+  INSERT INTO message_chunks (stream_id, seq, text, traceparent)
+  SELECT $1, seq, $2, NULL FROM cas
+)
+SELECT * FROM cas`
+		runPgx := func(c int, d time.Duration) (checkpoints, txs int64, self, server time.Duration) {
+			var n, t atomic.Int64
+			var wg sync.WaitGroup
+			self0, server0 := selfCPU(b), clusterCPU(b, db.Pool)
+			deadline := time.Now().Add(d)
+			for client := range c {
+				wg.Go(func() {
+					var k int
+					for time.Now().Before(deadline) {
+						size := lo + sizeStep(k, hiWeight)
+						k++
+						batch := &pgx.Batch{}
+						for s := 1; s <= size; s++ {
+							batch.Queue(bare, fmt.Sprintf("x%d-%d", client, s), text)
+						}
+						br := db.Pool.SendBatch(ctx, batch)
+						var seq int64
+						var cancel bool
+						for range size {
+							if err := br.QueryRow().Scan(&seq, &cancel); err != nil {
+								b.Error(err)
+							}
+						}
+						if err := br.Close(); err != nil {
+							b.Error(err)
+							return
+						}
+						n.Add(int64(size))
+						t.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			return n.Load(), t.Load(), selfCPU(b) - self0, clusterCPU(b, db.Pool) - server0
+		}
+		// runPgconn is runPgx one layer down, on pgconn (the wire protocol under pgx): the
+		// statement prepared once per connection, its parameters encoded once, each transaction
+		// one pgconn.Batch, its rows read raw. What is left is Go's runtime and the socket.
+		runPgconn := func(c int, d time.Duration) (checkpoints, txs int64, self time.Duration) {
+			var n, t atomic.Int64
+			var wg sync.WaitGroup
+			conns := make([]*pgxpool.Conn, c)
+			sds := make([]*pgconn.StatementDescription, c)
+			for i := range c {
+				conns[i], err = db.Pool.Acquire(ctx)
+				require.NoError(b, err)
+				sds[i], err = conns[i].Conn().PgConn().Prepare(ctx, "", bare, nil)
+				require.NoError(b, err)
+			}
+			self0 := selfCPU(b)
+			deadline := time.Now().Add(d)
+			for client := range c {
+				wg.Go(func() {
+					pc, sd := conns[client].Conn().PgConn(), sds[client]
+					ids := make([][]byte, lo+1)
+					for s := range ids {
+						ids[s] = fmt.Appendf(nil, "x%d-%d", client, s+1)
+					}
+					body := []byte(text)
+					var k int
+					for time.Now().Before(deadline) {
+						size := lo + sizeStep(k, hiWeight)
+						k++
+						batch := &pgconn.Batch{}
+						for s := range size {
+							batch.ExecStatement(sd, [][]byte{ids[s], body}, nil, nil)
+						}
+						results, err := pc.ExecBatch(ctx, batch).ReadAll()
+						if err == nil && len(results) != size {
+							err = fmt.Errorf("%d results for %d statements", len(results), size)
+						}
+						for _, r := range results {
+							switch {
+							case err != nil:
+							case r.Err != nil:
+								err = r.Err
+							case len(r.Rows) != 1:
+								err = errors.New("a checkpoint's compare-and-swap returned no row")
+							}
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						n.Add(int64(size))
+						t.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			self = selfCPU(b) - self0
+			for _, conn := range conns {
+				conn.Release()
+			}
+			return n.Load(), t.Load(), self
+		}
+
+		var ours, theirs, bares, ourTxs, theirTxs, bareTxs float64
+		var wires, wireTxs float64
+		var ourSelf, ourServer, theirSelf, theirServer, bareSelf, wireSelf time.Duration
 		for range rounds {
 			n, t, self, server := run(grouped, turn)
 			ours, ourTxs, ourSelf, ourServer = ours+float64(n), ourTxs+float64(t), ourSelf+self, ourServer+server
 			c, t2, self, server := runPgbench(checkpoint.DefaultWriters, turn)
 			theirs, theirTxs, theirSelf, theirServer = theirs+c, theirTxs+t2, theirSelf+self, theirServer+server
+			x, t3, self, _ := runPgx(checkpoint.DefaultWriters, turn)
+			bares, bareTxs, bareSelf = bares+float64(x), bareTxs+float64(t3), bareSelf+self
+			w, t4, self := runPgconn(checkpoint.DefaultWriters, turn)
+			wires, wireTxs, wireSelf = wires+float64(w), wireTxs+float64(t4), wireSelf+self
 		}
 		require.Positive(b, ours)
 		require.Positive(b, theirs)
@@ -481,10 +607,25 @@ SELECT * FROM cas;
 		b.ReportMetric(micros(theirServer, theirs), "pgbench-server-µs/checkpoint")
 		b.ReportMetric(ceiling/single.Seconds(), "pgbench16-checkpoints/s")
 		b.ReportMetric(float64(alone)/single.Seconds(), "ungrouped-checkpoints/s")
+		b.ReportMetric(bares/measured, "pgx-checkpoints/s")
+		b.ReportMetric(bares/bareTxs, "pgx-checkpoints/tx")
+		b.ReportMetric(micros(bareSelf, bares), "pgx-client-µs/checkpoint")
+		b.ReportMetric(wires/measured, "pgconn-checkpoints/s")
+		b.ReportMetric(wires/wireTxs, "pgconn-checkpoints/tx")
+		b.ReportMetric(micros(wireSelf, wires), "pgconn-client-µs/checkpoint")
 		b.ReportMetric(ours/theirs, "ratio")
+		b.ReportMetric(bares/theirs, "pgx-ratio")
+		b.ReportMetric(wires/theirs, "pgconn-ratio")
 		b.ReportMetric((ours/measured)/(ceiling/single.Seconds()), "ratio16")
 		b.ReportMetric((float64(alone)/single.Seconds())/(theirs/measured), "ungrouped-ratio")
 	}
+}
+
+// sizeStep is 1 for hiWeight of every 1000 transactions, spread evenly (the k-th transaction's
+// share of a line of slope hiWeight/1000), and 0 for the others: transactions of lo+sizeStep
+// checkpoints average lo + hiWeight/1000, as pgbench's weighted scripts do.
+func sizeStep(k, hiWeight int) int {
+	return (k+1)*hiWeight/1000 - k*hiWeight/1000
 }
 
 // countingDB counts the transactions a Store commits through it: each WriteRow is one, each
