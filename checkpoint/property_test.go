@@ -190,9 +190,7 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			at := s.Seq()
 			pendingFlushes++
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				got, err := s.Flush(ctx)
+				got, err := s.Flush(t.Context())
 				flushes <- flushResult{at: at, got: got, err: err}
 			}()
 		case k < 62:

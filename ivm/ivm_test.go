@@ -110,7 +110,7 @@ func setup(t testing.TB) *world {
 // converge waits until the view equals the database for every id.
 func (w *world) converge(t *testing.T, ids []string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	late := eventually.Late(t)
 	for _, id := range ids {
 		want, status := w.db.DurableText(t, id)
 		for {
@@ -122,7 +122,11 @@ func (w *world) converge(t *testing.T, ids []string) {
 					break
 				}
 			}
-			require.True(t, time.Now().Before(deadline), "message %s: the view has %q (%s), the database %q (%s): %v", id, m.Text, m.Status, want, status, err)
+			select {
+			case <-late:
+				t.Fatalf("message %s: the view has %q (%s), the database %q (%s): %v", id, m.Text, m.Status, want, status, err)
+			default:
+			}
 			want, status = w.db.DurableText(t, id)
 		}
 	}
