@@ -99,7 +99,6 @@ func TestJetStreamBroadcastsEveryTransactionToEveryInstanceInOrder(t *testing.T)
 		eventually.True(t, func() bool {
 			return leader.Publisher.Publish(leader.Topic, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i)))) == nil
 		})
-
 	}
 	require.Equal(t, seq(105, 205), receive(t, chB, 100), "nothing lost or doubled across the restart")
 	require.Equal(t, seq(105, 205), receive(t, chC, 100))
@@ -124,7 +123,6 @@ func TestRelayReplaysAStreamsFramesToAnotherInstanceAndFollowsIt(t *testing.T) {
 		src, err = b.Relay.Attach(ctx, id, 3)
 		return err == nil && src != nil
 	})
-
 	defer src.Close()
 	f, err := src.Next(ctx)
 	require.NoError(t, err)
@@ -156,7 +154,6 @@ func TestRelayReplaysAStreamsFramesToAnotherInstanceAndFollowsIt(t *testing.T) {
 		src, err = b.Relay.Attach(ctx, "after", 0)
 		return err == nil && src != nil
 	}, "the relay came back after the restart")
-
 	defer src.Close()
 	f, err = src.Next(ctx)
 	require.NoError(t, err)
@@ -192,7 +189,6 @@ func TestRelayProvisionsALostStreamOnAttach(t *testing.T) {
 		src, err = b.Relay.Attach(ctx, "after", 0)
 		return err == nil && src != nil
 	}, "the publish is captured again")
-
 	defer src.Close()
 	f, err := src.Next(ctx)
 	require.NoError(t, err)

@@ -341,7 +341,6 @@ func (f *groupFixture) answeredWhileOneWaits(held chan groupedResult) {
 			"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting))
 		return waiting > 0
 	})
-
 	a := recv(t, f.start(f.text("a", "a")))
 	require.NoError(t, a.err)
 	select {

@@ -145,7 +145,6 @@ func TestFailedSealIsRetriedUntilItCommits(t *testing.T) {
 		b.clock.Advance(time.Second)
 		return b.durable(t, "m1").status == "complete"
 	})
-
 	var end producer.Frame
 	for f := range pending {
 		end = f
@@ -204,13 +203,11 @@ func TestUnconfirmedOpenIsReleased(t *testing.T) {
 		b.clock.Advance(time.Second)
 		return b.durable(t, "m1").status != "streaming"
 	}, "the row is released, not left streaming behind a live lease")
-
 	// And it can be opened again.
 	eventually.True(t, func() bool {
 		_, err := b.plane.Open(ctx, producer.OpenStreamInput{StreamID: "m1"})
 		return err == nil
 	})
-
 }
 
 // Dead hosts' lease rows are forgotten once their streams are sealed.
@@ -317,7 +314,6 @@ func TestLeaseStopIsBoundedBehindALockedRow(t *testing.T) {
 		_ = b.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting)
 		return waiting > 0
 	}, "a renewal waits for the lock")
-
 	stopped := make(chan struct{})
 	go func() { lease.Stop(); close(stopped) }()
 	select {
@@ -371,7 +367,6 @@ func TestAnAppendRacingASweepLeavesNoChunkBehind(t *testing.T) {
 		_ = b.db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting)
 		return waiting > 0
 	}, "the append waits for the sweep")
-
 	_, err = sweep.Exec(ctx, `UPDATE messages SET body = body || coalesce((SELECT string_agg(text, '' ORDER BY seq) FROM message_chunks WHERE stream_id = 'm1'), ''), status = 'interrupted' WHERE id = 'm1'`)
 	require.NoError(t, err)
 	_, err = sweep.Exec(ctx, "DELETE FROM message_chunks WHERE stream_id = 'm1'")

@@ -418,7 +418,6 @@ func TestGroupCommitCarriesSeals(t *testing.T) {
 	// A seal that bypassed the group would never wait for its slot: fail rather than spin.
 	eventually.True(t, func() bool { return checkpoint.PendingWrites(w.store) == len(w.ids)-1 },
 		"the seals wait for the group's only slot")
-
 	close(gate)
 	wg.Wait()
 

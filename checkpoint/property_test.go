@@ -304,7 +304,6 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			defer cancel()
 			return s.Close(ctx) == nil
 		}, "seed %d: the failed seal was never retried to a commit", seed)
-
 	}
 	if swept {
 		// Another writer may have sealed it first, or this host's seal won the race: either
@@ -316,7 +315,6 @@ func runSchedule(t *testing.T, b *bundle, seed uint64, st *scheduleStats) {
 			err := s.Close(ctx)
 			return err == nil || errors.Is(err, producer.ErrFenced)
 		}, "seed %d: the swept stream never settled", seed)
-
 	}
 	checkP(steps, "quiescence")
 	for range pendingFlushes {

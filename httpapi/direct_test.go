@@ -128,7 +128,6 @@ func TestADirectReaderHoldsItsSlotAndNoHandler(t *testing.T) {
 	require.Equal(t, producer.FrameOpen, f.Type)
 	eventually.True(t, func() bool { return !handlerServing("serveDirect") },
 		"the handler returned once it handed the reader over")
-
 	require.Equal(t, int64(1), d.Stats().Readers)
 	require.Equal(t, http.StatusTooManyRequests, read().StatusCode, "the direct reader holds alice's slot") //nolint:bodyclose // closed in the helper's cleanup
 

@@ -405,6 +405,5 @@ func waitingLongPoll(t *testing.T, c client, path, offset, tok string) <-chan ds
 	eventually.True(t, func() bool {
 		return c.ds("GET", path+"?live=long-poll&offset=-1", tok, nil, "").status == http.StatusTooManyRequests
 	}, "the long-poll never started waiting")
-
 	return got
 }

@@ -206,7 +206,6 @@ func TestEventStreamsAreCappedPerSubjectAndInAll(t *testing.T) {
 		defer leave()
 		return status == http.StatusOK
 	})
-
 }
 
 // A path deleted and created again is another stream: a client's ETag from the old one must not

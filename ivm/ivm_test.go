@@ -357,7 +357,6 @@ func TestRandomWorkloadWithFaults(t *testing.T) {
 	require.NoError(t, w.db.Pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end))
 	eventually.True(t, func() bool { return w.reader.Stats().Acked >= end },
 		"the reader acknowledges the workload's last transaction")
-
 	w.converge(t, ids)
 	close(stopWatch)
 	watchWG.Wait()

@@ -188,7 +188,6 @@ func TestDirectWriterSlowReaderCatchesUpOrGoesStale(t *testing.T) {
 			now := d.Stats()
 			return (now.FastWrites-before.FastWrites)+(now.Handoffs-before.Handoffs) >= 2
 		}, "push %d went to both readers", pushes)
-
 	}
 	for range 32 {
 		require.NoError(t, s.Push(big))
@@ -449,7 +448,6 @@ func TestDirectWriterHoldsNoGoroutinePerWaitingReader(t *testing.T) {
 	eventually.True(t, func() bool { return d.Stats().Readers == readers })
 	eventually.True(t, func() bool { return directGoroutines() == 0 },
 		"no goroutine per waiting reader (%d found)", directGoroutines())
-
 	require.NoError(t, s.Push("hello"))
 	for i, r := range conns {
 		resp, err := http.ReadResponse(r, nil) //nolint:bodyclose // the body is the event stream, read from r; the connection closes in cleanup

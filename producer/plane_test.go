@@ -564,7 +564,6 @@ func TestPushesDuringACheckpointWaitForTheNextTrigger(t *testing.T) {
 	close(release)
 	eventually.True(t, func() bool { return s.DurableSeq() == 6 || w.clock.Pending() == 1 },
 		"the drain settles: a second round, or the interval armed for what is pending")
-
 	require.Equal(t, producer.Seq(4), s.DurableSeq(), "the two characters that arrived during the round wait")
 	require.Equal(t, 1, w.clock.Pending(), "the interval is armed for them")
 	w.clock.Advance(time.Second)
@@ -609,7 +608,6 @@ func TestAStalledStreamWaitsForItsTimerNotTheNextPush(t *testing.T) {
 	require.NoError(t, s.Push("abcd")) // the size (4): a round, which fails
 	eventually.True(t, func() bool { return w.clock.Pending() == 1 && !producer.Draining(s) },
 		"the failed round is over and has armed its retry timer")
-
 	require.Equal(t, int64(1), appends.Load())
 
 	require.NoError(t, s.Push("efgh"))

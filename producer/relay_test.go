@@ -114,7 +114,6 @@ func TestRelayPublishMirrorsEveryFrameInOrder(t *testing.T) {
 		defer mu.Unlock()
 		return len(got) >= len(want)
 	})
-
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, want, got, "an open at 0, then what readers get")

@@ -337,7 +337,6 @@ func (e *chaosEnv) verify(id string, run *chaosRun, readers []*chaosReader, live
 		body, status = e.db.DurableText(t, id)
 		return producer.Status(status).Terminal()
 	}, "%s never sealed (status %s)", id, status)
-
 	produced := run.text()
 	o.status, o.produced, o.body, o.acked = status, producer.Len16(produced), producer.Len16(body), run.acked
 	o.refused, o.fenced, o.maxAppend = run.refused, run.fenced, run.maxAppend
@@ -392,7 +391,6 @@ func (e *chaosEnv) verify(id string, run *chaosRun, readers []*chaosReader, live
 			s, b := e.do(h, "GET", "/v1/streams/"+id, e.reader, "")
 			return s == http.StatusOK && json.Unmarshal(b, &got) == nil && got.Status == status && got.Text == body
 		}, "%s: the view on %s: %d units %s; the database: %d units %s", id, h.name, producer.Len16(got.Text), got.Status, o.body, status)
-
 	}
 	o.verdict = "ok"
 }

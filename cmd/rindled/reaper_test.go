@@ -43,7 +43,6 @@ func TestTheReaperRemovesExpiredStreamsNobodyTouches(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM ds_streams WHERE path = 'brief'").Scan(&n))
 		return n == 0
 	})
-
 	var kept int
 	require.NoError(t, db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM ds_streams WHERE path = 'kept'").Scan(&kept))
 	require.Equal(t, 1, kept, "a stream within its TTL stays")

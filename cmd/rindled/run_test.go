@@ -196,7 +196,6 @@ func TestServeThenDrainOnSignal(t *testing.T) {
 	require.Equal(t, http.StatusOK, call("POST", "/v1/streams/m/append", `{"text":"cut short 😀"}`))
 	eventually.True(t, func() bool { return call("GET", "/readyz", "") == http.StatusOK },
 		"ready once the CDC reader streams the slot")
-
 	var health bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"health", "-addr", strings.TrimPrefix(base, "http://")}, env, &health, io.Discard))
 	require.Equal(t, "ready\n", health.String(), "the container health check")
@@ -287,7 +286,6 @@ func TestSecondInstanceWithoutABrokerIsNotReady(t *testing.T) {
 		s, b := get(second.base)
 		return s == http.StatusServiceUnavailable && strings.Contains(b, "several instances need -broker-url")
 	}, "the second says why it is not ready")
-
 	s, _ := get(first.base)
 	require.Equal(t, http.StatusOK, s, "the first stays ready")
 }

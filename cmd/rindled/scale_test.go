@@ -201,7 +201,6 @@ func (a *answer) after(t *testing.T, n int) {
 		defer a.mu.Unlock()
 		return a.acked >= n
 	}, "%s: %d deltas acknowledged", a.id, n)
-
 }
 
 func (a *answer) text() string {
@@ -379,7 +378,6 @@ func (c *cluster) viewsAgree(ids []string, ins ...*instance) {
 				s, b := c.do(in, "GET", "/v1/streams/"+id, c.reader, "")
 				return s == http.StatusOK && json.Unmarshal(b, &got) == nil && got.Status == status && got.Text == body
 			}, "the view of %s on %s: %q %s, database %q %s", id, in.name, got.Text, got.Status, body, status)
-
 		}
 	}
 }
@@ -463,7 +461,6 @@ func TestScaleOutThreeInstancesOneBroker(t *testing.T) {
 		failover = time.Since(killed)
 		return l == "C" || l == "A2"
 	}, "no instance took the slot over")
-
 	t.Logf("FIGURE CDC failover (kill -9 of the leader → another instance streaming the slot): %v", failover.Round(time.Millisecond))
 	<-m3.ended
 	c.collect(results, 4, "m3", producer.StatusComplete)

@@ -153,7 +153,6 @@ func TestTheDemoKeepsABoundedNumberOfAnswers(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode == http.StatusCreated
 		}, "answer %d", i)
-
 	}
 	eventually.True(t, func() bool {
 		resp, err := http.Post(srvURL+"/demo/answers?tokens=2&rate=2000", "", nil)
@@ -161,7 +160,6 @@ func TestTheDemoKeepsABoundedNumberOfAnswers(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusCreated
 	})
-
 	require.NoError(t, plane.Drain(t.Context()))
 	d.Stop()
 	require.Equal(t, 2, rows(), "the two newest finished answers are kept")
