@@ -464,11 +464,10 @@ SELECT * FROM cas;
 			return checkpoints, txs, self, server
 		}
 
-		// runPgx is pgbench's workload from a bare pgx client in this process: c goroutines,
-		// each sending the scripts' transactions (the same statements, the stream and the text
-		// as parameters) through the pool as one batch, one Sync, in the scripts' proportion. It
-		// is what a Go client on pgx costs with none of the Store's machinery (a goroutine per
-		// stream, the group commit's hand-offs, the checkpoint's bookkeeping).
+		// bare is the scripts' statement with the stream and the text as parameters. Two clients
+		// in this process run pgbench's transactions of it (runPgx, runPgconn): what a Go client
+		// costs with none of the Store's machinery (a goroutine per stream, the group commit's
+		// hand-offs, the checkpoint's bookkeeping).
 		bare := `WITH cas AS (
   UPDATE messages SET seq = seq + 300 WHERE id = $1 AND status = 'streaming' AND host = 'bench'
   RETURNING seq, cancel_requested
@@ -477,30 +476,19 @@ SELECT * FROM cas;
   SELECT $1, seq, $2, NULL FROM cas
 )
 SELECT * FROM cas`
-		runPgx := func(c int, d time.Duration) (checkpoints, txs int64, self, server time.Duration) {
+		// clientTurn runs pgbench's transactions from c goroutines of this process for d, in the
+		// scripts' proportion of sizes: tx sends client's transaction of size checkpoints. It
+		// returns the checkpoints and transactions made, and this process's CPU meanwhile.
+		clientTurn := func(c int, d time.Duration, tx func(client, size int) error) (checkpoints, txs int64, self time.Duration) {
 			var n, t atomic.Int64
 			var wg sync.WaitGroup
-			self0, server0 := selfCPU(b), clusterCPU(b, db.Pool)
+			self0 := selfCPU(b)
 			deadline := time.Now().Add(d)
 			for client := range c {
 				wg.Go(func() {
-					var k int
-					for time.Now().Before(deadline) {
+					for k := 0; time.Now().Before(deadline); k++ {
 						size := lo + sizeStep(k, hiWeight)
-						k++
-						batch := &pgx.Batch{}
-						for s := 1; s <= size; s++ {
-							batch.Queue(bare, fmt.Sprintf("x%d-%d", client, s), text)
-						}
-						br := db.Pool.SendBatch(ctx, batch)
-						var seq int64
-						var cancel bool
-						for range size {
-							if err := br.QueryRow().Scan(&seq, &cancel); err != nil {
-								b.Error(err)
-							}
-						}
-						if err := br.Close(); err != nil {
+						if err := tx(client, size); err != nil {
 							b.Error(err)
 							return
 						}
@@ -510,68 +498,65 @@ SELECT * FROM cas`
 				})
 			}
 			wg.Wait()
-			return n.Load(), t.Load(), selfCPU(b) - self0, clusterCPU(b, db.Pool) - server0
+			return n.Load(), t.Load(), selfCPU(b) - self0
+		}
+		// runPgx: each transaction one pgx.Batch through the pool, as the Store's WriteRows.
+		runPgx := func(c int, d time.Duration) (checkpoints, txs int64, self time.Duration) {
+			return clientTurn(c, d, func(client, size int) error {
+				batch := &pgx.Batch{}
+				for s := 1; s <= size; s++ {
+					batch.Queue(bare, fmt.Sprintf("x%d-%d", client, s), text)
+				}
+				br := db.Pool.SendBatch(ctx, batch)
+				var seq int64
+				var cancel bool
+				for range size {
+					if err := br.QueryRow().Scan(&seq, &cancel); err != nil {
+						_ = br.Close()
+						return err
+					}
+				}
+				return br.Close()
+			})
 		}
 		// runPgconn is runPgx one layer down, on pgconn (the wire protocol under pgx): the
 		// statement prepared once per connection, its parameters encoded once, each transaction
 		// one pgconn.Batch, its rows read raw. What is left is Go's runtime and the socket.
 		runPgconn := func(c int, d time.Duration) (checkpoints, txs int64, self time.Duration) {
-			var n, t atomic.Int64
-			var wg sync.WaitGroup
 			conns := make([]*pgxpool.Conn, c)
 			sds := make([]*pgconn.StatementDescription, c)
+			ids := make([][][]byte, c) // client's stream ids, encoded
 			for i := range c {
 				conns[i], err = db.Pool.Acquire(ctx)
 				require.NoError(b, err)
+				defer conns[i].Release()
 				sds[i], err = conns[i].Conn().PgConn().Prepare(ctx, "", bare, nil)
 				require.NoError(b, err)
+				for s := 1; s <= lo+1; s++ {
+					ids[i] = append(ids[i], fmt.Appendf(nil, "x%d-%d", i, s))
+				}
 			}
-			self0 := selfCPU(b)
-			deadline := time.Now().Add(d)
-			for client := range c {
-				wg.Go(func() {
-					pc, sd := conns[client].Conn().PgConn(), sds[client]
-					ids := make([][]byte, lo+1)
-					for s := range ids {
-						ids[s] = fmt.Appendf(nil, "x%d-%d", client, s+1)
+			body := []byte(text)
+			return clientTurn(c, d, func(client, size int) error {
+				batch := &pgconn.Batch{}
+				for s := range size {
+					batch.ExecStatement(sds[client], [][]byte{ids[client][s], body}, nil, nil)
+				}
+				results, err := conns[client].Conn().PgConn().ExecBatch(ctx, batch).ReadAll()
+				if err == nil && len(results) != size {
+					err = fmt.Errorf("%d results for %d statements", len(results), size)
+				}
+				for _, r := range results {
+					switch {
+					case err != nil:
+					case r.Err != nil:
+						err = r.Err
+					case len(r.Rows) != 1:
+						err = errors.New("a checkpoint's compare-and-swap returned no row")
 					}
-					body := []byte(text)
-					var k int
-					for time.Now().Before(deadline) {
-						size := lo + sizeStep(k, hiWeight)
-						k++
-						batch := &pgconn.Batch{}
-						for s := range size {
-							batch.ExecStatement(sd, [][]byte{ids[s], body}, nil, nil)
-						}
-						results, err := pc.ExecBatch(ctx, batch).ReadAll()
-						if err == nil && len(results) != size {
-							err = fmt.Errorf("%d results for %d statements", len(results), size)
-						}
-						for _, r := range results {
-							switch {
-							case err != nil:
-							case r.Err != nil:
-								err = r.Err
-							case len(r.Rows) != 1:
-								err = errors.New("a checkpoint's compare-and-swap returned no row")
-							}
-						}
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						n.Add(int64(size))
-						t.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			self = selfCPU(b) - self0
-			for _, conn := range conns {
-				conn.Release()
-			}
-			return n.Load(), t.Load(), self
+				}
+				return err
+			})
 		}
 
 		var ours, theirs, bares, ourTxs, theirTxs, bareTxs float64
@@ -582,7 +567,7 @@ SELECT * FROM cas`
 			ours, ourTxs, ourSelf, ourServer = ours+float64(n), ourTxs+float64(t), ourSelf+self, ourServer+server
 			c, t2, self, server := runPgbench(checkpoint.DefaultWriters, turn)
 			theirs, theirTxs, theirSelf, theirServer = theirs+c, theirTxs+t2, theirSelf+self, theirServer+server
-			x, t3, self, _ := runPgx(checkpoint.DefaultWriters, turn)
+			x, t3, self := runPgx(checkpoint.DefaultWriters, turn)
 			bares, bareTxs, bareSelf = bares+float64(x), bareTxs+float64(t3), bareSelf+self
 			w, t4, self := runPgconn(checkpoint.DefaultWriters, turn)
 			wires, wireTxs, wireSelf = wires+float64(w), wireTxs+float64(t4), wireSelf+self
