@@ -152,13 +152,12 @@ func TestSlowStartUpSaysWhatItWaitsOn(t *testing.T) {
 	}
 	// What an operator would look for, as migrations.LockKey's comment says. The warning names
 	// the step as it begins, a moment before the lock is asked for: wait until it is.
-	for waiting := false; !waiting; {
+	eventually.True(t, func() bool {
+		var waiting bool
 		require.NoError(t, other.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
 			AND classid = 29289 AND objid = 1852075109 AND NOT granted)`).Scan(&waiting), "the waiting start-up's lock, as documented")
-		if !waiting {
-			time.Sleep(5 * time.Millisecond) // a poll of a condition, bounded by the test's deadline
-		}
-	}
+		return waiting
+	})
 	_, err = other.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrations.LockKey))
 	require.NoError(t, err)
 	for {
