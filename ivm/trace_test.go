@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/rindle-sh/rindle-go/cdc"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/ivm"
 	rotel "github.com/rindle-sh/rindle-go/otel"
 	"github.com/rindle-sh/rindle-go/producer"
@@ -29,7 +30,7 @@ func TestOneTraceFromCheckpointToView(t *testing.T) {
 	_, err = s.Flush(ctx)
 	require.NoError(t, err)
 	var tp string
-	for deadline := time.After(20 * time.Second); tp == ""; {
+	for deadline := eventually.Late(t); tp == ""; {
 		select {
 		case tx := <-applied:
 			tp = tx.Traceparent()
@@ -82,7 +83,7 @@ func TestRequestsLinkToTheirCheckpointAndTheSealIsApplyTraced(t *testing.T) {
 	closeReq.End()
 
 	var sealTx *cdc.Tx
-	deadline := time.After(20 * time.Second)
+	deadline := eventually.Late(t)
 	for sealTx == nil {
 		select {
 		case tx := <-applied:

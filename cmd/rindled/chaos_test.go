@@ -146,13 +146,14 @@ func retryable(status int) bool { return status == http.StatusServiceUnavailable
 // open creates the message and opens it on h, retrying what was refused for a while.
 func (e *chaosEnv) open(h *chaosHost, id string) {
 	t := e.t
-	deadline := time.Now().Add(30 * time.Second)
+	late := eventually.Late(t)
 	for {
 		s, b := e.do(h, "POST", "/v1/messages", e.prod, fmt.Sprintf(`{"id":%q,"owner":"alice"}`, id))
 		if s == http.StatusCreated || s == http.StatusConflict {
 			break
 		}
-		require.True(t, retryable(s) && time.Now().Before(deadline), "create %s: %d %s", id, s, b)
+		require.True(t, retryable(s), "create %s: %d %s", id, s, b)
+		require.False(t, passed(late), "create %s: still refused at the test binary's deadline: %d %s", id, s, b)
 		time.Sleep(100 * time.Millisecond)
 	}
 	for {
@@ -160,8 +161,19 @@ func (e *chaosEnv) open(h *chaosHost, id string) {
 		if s == http.StatusOK {
 			return
 		}
-		require.True(t, retryable(s) && time.Now().Before(deadline), "open %s: %d %s", id, s, b)
+		require.True(t, retryable(s), "open %s: %d %s", id, s, b)
+		require.False(t, passed(late), "open %s: still refused at the test binary's deadline: %d %s", id, s, b)
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// passed reports whether late (an eventually.Late bound) has fired, without waiting.
+func passed(late <-chan time.Time) bool {
+	select {
+	case <-late:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -217,8 +229,8 @@ func (e *chaosEnv) produce(h *chaosHost, id string, n, pad int, interval time.Du
 		}
 		time.Sleep(interval)
 	}
-	deadline := time.Now().Add(45 * time.Second)
-	for time.Now().Before(deadline) {
+	late := eventually.Late(e.t)
+	for !passed(late) {
 		s, b := e.do(h, "POST", "/v1/streams/"+id+"/close", e.prod, "{}")
 		run.mu.Lock()
 		run.statuses[s]++
@@ -238,7 +250,7 @@ func (e *chaosEnv) produce(h *chaosHost, id string, n, pad int, interval time.Du
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	e.t.Errorf("close %s never answered 200 or 409", id)
+	e.t.Errorf("close %s never answered 200 or 409 before the test binary's deadline", id)
 }
 
 // chaosReader is one SSE reader's frames.
@@ -582,7 +594,7 @@ func runChaos(t *testing.T, bin string, sc chaosScenario, report *chaosReport) {
 // hold the slot for a moment; it is terminated until the slot can be dropped.
 func dropSlot(t *testing.T, db *pgtest.DB) {
 	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
+	late := eventually.Late(t)
 	for {
 		_, _ = db.Pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", db.Slot())
 		_, _ = db.Pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", db.Slot())
@@ -590,8 +602,8 @@ func dropSlot(t *testing.T, db *pgtest.DB) {
 		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", db.Slot()).Scan(&left); err == nil && left == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("slot %s could not be dropped", db.Slot())
+		if passed(late) {
+			t.Errorf("slot %s could not be dropped before the test binary's deadline", db.Slot())
 			return
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rindle-sh/rindle-go/httpapi"
+	"github.com/rindle-sh/rindle-go/internal/eventually"
 	"github.com/rindle-sh/rindle-go/internal/streamtest"
 	"github.com/rindle-sh/rindle-go/producer"
 )
@@ -65,28 +66,26 @@ func (s *stack) token(t *testing.T, service string, flags ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// within polls cond until it holds, for at most limit: the condition is a container's or a
-// replication stream's progress, which no event of ours signals.
-func within(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+// within polls cond until it holds, bounded by the test binary's deadline (eventually.True):
+// the condition is a container's or a replication stream's progress, which no event of ours
+// signals. A failure names what was waited for and the condition's last answer.
+func within(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	last := ""
-	for {
+	var last lastWhy
+	eventually.True(t, func() bool {
 		ok, why := cond()
-		if ok {
-			return
+		last.why = why
+		if !ok {
+			time.Sleep(200 * time.Millisecond) // a poll runs docker or HTTP against the stack: pace it
 		}
-		last = why
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last: %s", what, limit, last)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+		return ok
+	}, "%s; last: %v", what, &last)
 }
+
+// lastWhy is a condition's last answer, read when a failure message is formatted.
+type lastWhy struct{ why string }
+
+func (l *lastWhy) String() string { return l.why }
 
 // TestComposeStackServes brings docker-compose.yml up in a container runtime and checks it as an
 // operator would (issue 26): every health check green, the README's walkthrough against the
@@ -151,7 +150,7 @@ func TestComposeStackServes(t *testing.T) {
 		seq, attempts := 0, 0
 		push := func(text string) {
 			body, _ := json.Marshal(map[string]any{"text": text, "expectedSeq": seq})
-			within(t, 3*time.Minute, "append "+text, func() (bool, string) {
+			within(t, "append "+text, func() (bool, string) {
 				attempts++
 				st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id+"/append", "POST", producerToken, string(body))
 				switch {
@@ -181,14 +180,14 @@ func TestComposeStackServes(t *testing.T) {
 		before, err := started()
 		require.NoError(t, err, "%s", before)
 		s.compose(t, "restart", "postgres")
-		within(t, 2*time.Minute, "PostgreSQL is back, restarted", func() (bool, string) {
+		within(t, "PostgreSQL is back, restarted", func() (bool, string) {
 			now, err := started()
 			return err == nil && now != before, now
 		})
 		for i := range 20 {
 			push(fmt.Sprintf("after %d. ", i))
 		}
-		within(t, 3*time.Minute, "close", func() (bool, string) {
+		within(t, "close", func() (bool, string) {
 			st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id+"/close", "POST", producerToken, "")
 			if st == http.StatusOK {
 				return true, ""
@@ -201,12 +200,12 @@ func TestComposeStackServes(t *testing.T) {
 	})
 
 	t.Run("a checkpoint's trace reaches the collector and metrics reach Prometheus", func(t *testing.T) {
-		within(t, 2*time.Minute, "the collector logs a checkpoint span of stream m1", func() (bool, string) {
+		within(t, "the collector logs a checkpoint span of stream m1", func() (bool, string) {
 			out, err := s.try("logs", "--no-color", "otel-collector")
 			return err == nil && strings.Contains(out, "rindle.checkpoint") && strings.Contains(out, "rindle.stream_id=m1"), "no span yet"
 		})
 		for _, q := range []string{`sum(otelcol_receiver_accepted_spans) > 0`, `sum(rindle_checkpoint_duration_seconds_count{job="rindled"}) > 0`} {
-			within(t, 2*time.Minute, "Prometheus answers "+q, func() (bool, string) {
+			within(t, "Prometheus answers "+q, func() (bool, string) {
 				return promHas(t, q)
 			})
 		}
@@ -308,7 +307,7 @@ func (s *stack) healthy(t *testing.T, services []string) {
 // viewShows waits until the view of id is complete and holds want.
 func viewShows(t *testing.T, api, tok, id, want string) {
 	t.Helper()
-	within(t, 2*time.Minute, "the view of "+id, func() (bool, string) {
+	within(t, "the view of "+id, func() (bool, string) {
 		st, b := request(t, http.DefaultClient, api+"/v1/streams/"+id, "GET", tok, "")
 		var v struct{ Text, Status string }
 		if st == http.StatusOK {
