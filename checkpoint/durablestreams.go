@@ -1078,15 +1078,20 @@ func (s *schema) planAppend(st appendState, in AppendStream) (out AppendOutcome,
 		}
 		writes.Queue(s.updateMessage, m.MessageID, int64(tail), status)
 	}
-	var by *string
-	var epoch, seq *int64
-	if in.Close && in.Producer != nil {
-		by, epoch, seq = &in.Producer.ID, &in.Producer.Epoch, &in.Producer.Seq
-	}
-	writes.Queue(`UPDATE ds_streams SET accessed_at = now(), stream_seq = coalesce(NULLIF($2, ''), stream_seq),
+	// The stream's row changes only for a sliding TTL (an append is an access), a Stream-Seq, a
+	// close, or a byte stream's tail. A text stream's plain append leaves it alone: the update
+	// would write a new row version (and check its constraints) for an accessed_at nothing reads.
+	if m.TTL != nil || in.StreamSeq != "" || in.Close || m.Binary {
+		var by *string
+		var epoch, seq *int64
+		if in.Close && in.Producer != nil {
+			by, epoch, seq = &in.Producer.ID, &in.Producer.Epoch, &in.Producer.Seq
+		}
+		writes.Queue(`UPDATE ds_streams SET accessed_at = now(), stream_seq = coalesce(NULLIF($2, ''), stream_seq),
 		closed_by = coalesce($3, closed_by), closed_epoch = coalesce($4, closed_epoch), closed_seq = coalesce($5, closed_seq),
 		byte_tail = CASE WHEN unit = 'byte' THEN $6 ELSE byte_tail END, byte_closed = (unit = 'byte' AND $7) WHERE path = $1`,
-		in.Path, in.StreamSeq, by, epoch, seq, int64(tail), in.Close)
+			in.Path, in.StreamSeq, by, epoch, seq, int64(tail), in.Close)
+	}
 	if in.Producer != nil {
 		writes.Queue(`INSERT INTO ds_producers (path, producer_id, epoch, last_seq) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (path, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, last_seq = EXCLUDED.last_seq, updated_at = now()`,

@@ -135,6 +135,68 @@ func TestReapRemovesExpiredStreamsAndIdleProducers(t *testing.T) {
 	require.Zero(t, got.Producers, "a window of 0 keeps producer state")
 }
 
+// A text stream's plain append writes its chunk and its message row, and leaves the stream's row
+// alone: a new version of it would only move accessed_at, which nothing reads without a TTL (it
+// cost PostgreSQL about a fifth of its CPU per append under tools/appendload). A sliding TTL, a
+// Stream-Seq and a close still write it.
+func TestAPlainTextAppendLeavesTheStreamRowAlone(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := t.Context()
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
+	require.NoError(t, err)
+	same := func(a, b string) bool { return a == b }
+	hour := int64(3600)
+	for path, ttl := range map[string]*int64{"plain": nil, "sliding": &hour} {
+		_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: "text/plain", TTL: ttl, SameType: same})
+		require.NoError(t, err)
+	}
+	_, err = db.Pool.Exec(ctx, "UPDATE ds_streams SET accessed_at = now() - interval '10 minutes'")
+	require.NoError(t, err)
+	version := func(path string) (xmin string, idle time.Duration) {
+		t.Helper()
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT xmin::text, (extract(epoch FROM now() - accessed_at) * 1e9)::bigint FROM ds_streams WHERE path = $1", path).
+			Scan(&xmin, &idle))
+		return xmin, idle
+	}
+	appendTo := func(in checkpoint.AppendStream) checkpoint.AppendOutcome {
+		t.Helper()
+		in.ContentType, in.SameType = "text/plain", same
+		out, err := p.Append(ctx, in)
+		require.NoError(t, err)
+		return out
+	}
+
+	before, _ := version("plain")
+	out := appendTo(checkpoint.AppendStream{Path: "plain", Text: "abc"})
+	require.Equal(t, producer.Seq(3), out.Tail)
+	after, _ := version("plain")
+	require.Equal(t, before, after, "a plain append wrote no new version of the stream's row")
+	m, err := p.Head(ctx, "plain")
+	require.NoError(t, err)
+	require.Equal(t, producer.Seq(3), m.Tail, "the tail is the message row's")
+
+	appendTo(checkpoint.AppendStream{Path: "sliding", Text: "abc"})
+	_, idle := version("sliding")
+	require.Less(t, idle, 5*time.Minute, "an append is an access of a stream with a TTL")
+
+	appendTo(checkpoint.AppendStream{Path: "plain", Text: "d", StreamSeq: "0001"})
+	seqd, _ := version("plain")
+	require.NotEqual(t, after, seqd, "a Stream-Seq is written")
+	err = func() error {
+		_, err := p.Append(ctx, checkpoint.AppendStream{Path: "plain", ContentType: "text/plain", Text: "e", StreamSeq: "0001", SameType: same})
+		return err
+	}()
+	require.ErrorIs(t, err, checkpoint.ErrSeqRegression, "the Stream-Seq written is the one checked next")
+
+	out = appendTo(checkpoint.AppendStream{Path: "plain", Close: true})
+	require.True(t, out.Closed)
+	m, err = p.Head(ctx, "plain")
+	require.NoError(t, err)
+	require.True(t, m.Closed)
+	require.Equal(t, producer.Seq(4), m.Tail)
+}
+
 // A stream that expired while forks of it live is soft-deleted like a deleted one: a create at
 // its path is refused as one held by forks (409), never attempted (a duplicate key, 503).
 func TestAnExpiredSourceWithForksHoldsItsPath(t *testing.T) {
