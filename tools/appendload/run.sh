@@ -11,6 +11,8 @@
 #	bash tools/appendload/run.sh 8 3 "GOGC=100" "GOGC=400"
 #	bash tools/appendload/run.sh 8 3 "/tmp/rindled-before" "/tmp/rindled-after"
 #
+# APPENDLOAD_ARGS is passed to the client (say -producer, for idempotent producers' appends).
+#
 # Each line gives the appends/s, the
 # appends per transaction (per transaction id PostgreSQL assigned), and the CPU per append of rindled and of its
 # PostgreSQL (every process of the cluster, read from /proc).
@@ -58,7 +60,8 @@ for rep in $(seq "$RUNS"); do
 		pg=$(pgrep -f "postgres -D $work/data/pg/data" | head -1)
 		x0=$(nextxid)
 		procs "$pid" "$pg" | sort -u -k1,1 >"$work/cpu0"
-		out=$("$work/appendload" -base http://127.0.0.1:18090 -token "$token" -w "$W" -s "$SECS")
+		# shellcheck disable=SC2086 # APPENDLOAD_ARGS is words
+		out=$("$work/appendload" -base http://127.0.0.1:18090 -token "$token" -w "$W" -s "$SECS" ${APPENDLOAD_ARGS:-})
 		procs "$pid" "$pg" | sort -u -k1,1 >"$work/cpu1"
 		x1=$(nextxid)
 		rate=${out%% appends/s*}
