@@ -21,15 +21,12 @@ import (
 // second runs; the second must wait for it (the source's row lock) and then collect.
 func TestForkDeletesThatOverlapCollectTheirSource(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	p, db := newProtocol(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
-	require.NoError(t, err)
-	same := func(a, b string) bool { return a == b }
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", Text: "x", SameType: same})
+	_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", Text: "x", SameType: sameType})
 	require.NoError(t, err)
 	for _, f := range []string{"a", "b"} {
-		_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: f, SameType: same, Fork: &checkpoint.Fork{Source: "src"}})
+		_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: f, SameType: sameType, Fork: &checkpoint.Fork{Source: "src"}})
 		require.NoError(t, err)
 	}
 	require.NoError(t, p.Delete(ctx, "src"))
@@ -71,11 +68,8 @@ func TestForkDeletesThatOverlapCollectTheirSource(t *testing.T) {
 // source goes with its last fork), and producer state idle past the window, and nothing else.
 func TestReapRemovesExpiredStreamsAndIdleProducers(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	p, db := newProtocol(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
-	require.NoError(t, err)
-	same := func(a, b string) bool { return a == b }
 	zero, hour := int64(0), int64(3600)
 	create := func(path string, ttl *int64, fork *checkpoint.Fork) {
 		t.Helper()
@@ -83,7 +77,7 @@ func TestReapRemovesExpiredStreamsAndIdleProducers(t *testing.T) {
 		if fork != nil {
 			ct = ""
 		}
-		_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, TTL: ttl, Text: "x", SameType: same, Fork: fork})
+		_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, TTL: ttl, Text: "x", SameType: sameType, Fork: fork})
 		require.NoError(t, err)
 	}
 	for _, path := range []string{"e1", "e2", "e3"} {
@@ -93,11 +87,11 @@ func TestReapRemovesExpiredStreamsAndIdleProducers(t *testing.T) {
 	create("src", &hour, nil)
 	create("src-fork", &zero, &checkpoint.Fork{Source: "src"})
 	require.NoError(t, p.Delete(ctx, "src"))
-	_, err = p.Head(ctx, "src")
+	_, err := p.Head(ctx, "src")
 	require.ErrorIs(t, err, checkpoint.ErrStreamGone, "held by its (expired, unreaped) fork")
 
 	for i, id := range []string{"old", "new"} {
-		_, err := p.Append(ctx, checkpoint.AppendStream{Path: "kept", ContentType: "text/plain", Text: id, SameType: same,
+		_, err := p.Append(ctx, checkpoint.AppendStream{Path: "kept", ContentType: "text/plain", Text: id, SameType: sameType,
 			Producer: &checkpoint.ProducerRef{ID: id}})
 		require.NoError(t, err, i)
 	}
@@ -141,17 +135,14 @@ func TestReapRemovesExpiredStreamsAndIdleProducers(t *testing.T) {
 // Stream-Seq and a close still write it.
 func TestAPlainTextAppendLeavesTheStreamRowAlone(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	p, db := newProtocol(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
-	require.NoError(t, err)
-	same := func(a, b string) bool { return a == b }
 	hour := int64(3600)
 	for path, ttl := range map[string]*int64{"plain": nil, "sliding": &hour} {
-		_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: "text/plain", TTL: ttl, SameType: same})
+		_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: "text/plain", TTL: ttl, SameType: sameType})
 		require.NoError(t, err)
 	}
-	_, err = db.Pool.Exec(ctx, "UPDATE ds_streams SET accessed_at = now() - interval '10 minutes'")
+	_, err := db.Pool.Exec(ctx, "UPDATE ds_streams SET accessed_at = now() - interval '10 minutes'")
 	require.NoError(t, err)
 	version := func(path string) (xmin string, idle time.Duration) {
 		t.Helper()
@@ -161,7 +152,7 @@ func TestAPlainTextAppendLeavesTheStreamRowAlone(t *testing.T) {
 	}
 	appendTo := func(in checkpoint.AppendStream) checkpoint.AppendOutcome {
 		t.Helper()
-		in.ContentType, in.SameType = "text/plain", same
+		in.ContentType, in.SameType = "text/plain", sameType
 		out, err := p.Append(ctx, in)
 		require.NoError(t, err)
 		return out
@@ -184,7 +175,7 @@ func TestAPlainTextAppendLeavesTheStreamRowAlone(t *testing.T) {
 	seqd, _ := version("plain")
 	require.NotEqual(t, after, seqd, "a Stream-Seq is written")
 	err = func() error {
-		_, err := p.Append(ctx, checkpoint.AppendStream{Path: "plain", ContentType: "text/plain", Text: "e", StreamSeq: "0001", SameType: same})
+		_, err := p.Append(ctx, checkpoint.AppendStream{Path: "plain", ContentType: "text/plain", Text: "e", StreamSeq: "0001", SameType: sameType})
 		return err
 	}()
 	require.ErrorIs(t, err, checkpoint.ErrSeqRegression, "the Stream-Seq written is the one checked next")
@@ -201,19 +192,16 @@ func TestAPlainTextAppendLeavesTheStreamRowAlone(t *testing.T) {
 // its path is refused as one held by forks (409), never attempted (a duplicate key, 503).
 func TestAnExpiredSourceWithForksHoldsItsPath(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	p, db := newProtocol(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
-	require.NoError(t, err)
-	same := func(a, b string) bool { return a == b }
 	hour := int64(3600)
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", TTL: &hour, Text: "x", SameType: same})
+	_, _, err := p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", TTL: &hour, Text: "x", SameType: sameType})
 	require.NoError(t, err)
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "fork", TTL: &hour, SameType: same, Fork: &checkpoint.Fork{Source: "src"}})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "fork", TTL: &hour, SameType: sameType, Fork: &checkpoint.Fork{Source: "src"}})
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, "UPDATE ds_streams SET ttl_seconds = 0 WHERE path = 'src'") // its TTL lapses
 	require.NoError(t, err)
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", SameType: same})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "src", ContentType: "text/plain", SameType: sameType})
 	require.ErrorIs(t, err, checkpoint.ErrStreamExists)
 	require.ErrorIs(t, err, checkpoint.ErrStreamGone)
 }
@@ -253,16 +241,15 @@ func TestWatchHearsByteStreamAppendsFromAnotherInstance(t *testing.T) {
 	}
 	require.Empty(t, next("the watcher never started listening"), "listening starts with a wake of everything")
 
-	same := func(a, b string) bool { return a == b }
-	_, _, err = writer.Create(ctx, checkpoint.CreateStream{Path: "text", ContentType: "text/plain", SameType: same})
+	_, _, err = writer.Create(ctx, checkpoint.CreateStream{Path: "text", ContentType: "text/plain", SameType: sameType})
 	require.NoError(t, err)
-	_, _, err = writer.Create(ctx, checkpoint.CreateStream{Path: "bytes", ContentType: "application/octet-stream", Binary: true, SameType: same})
+	_, _, err = writer.Create(ctx, checkpoint.CreateStream{Path: "bytes", ContentType: "application/octet-stream", Binary: true, SameType: sameType})
 	require.NoError(t, err)
-	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "text", ContentType: "text/plain", Text: "a", SameType: same})
+	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "text", ContentType: "text/plain", Text: "a", SameType: sameType})
 	require.NoError(t, err)
-	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "text/plain", Text: "x", SameType: same})
+	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "text/plain", Text: "x", SameType: sameType})
 	require.ErrorIs(t, err, checkpoint.ErrContentTypeMismatch, "a refused append commits nothing, so notifies nothing")
-	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "application/octet-stream", Text: "\x00\xff", SameType: same})
+	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "application/octet-stream", Text: "\x00\xff", SameType: sameType})
 	require.NoError(t, err)
 	require.Equal(t, "bytes", next("the byte append was never heard"), "the first thing heard is the committed byte append: not the text stream's, not the refused one")
 
@@ -276,7 +263,7 @@ func TestWatchHearsByteStreamAppendsFromAnotherInstance(t *testing.T) {
 		t.Fatal("the lost connection was never reported")
 	}
 	require.Empty(t, next("the watcher never listened again"))
-	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "application/octet-stream", Close: true, SameType: same})
+	_, err = writer.Append(ctx, checkpoint.AppendStream{Path: "bytes", ContentType: "application/octet-stream", Close: true, SameType: sameType})
 	require.NoError(t, err)
 	require.Equal(t, "bytes", next("the close was never heard"), "a close is heard too, after the reconnect")
 	require.NoError(t, writer.Delete(ctx, "text"))
@@ -294,19 +281,16 @@ func TestWatchHearsByteStreamAppendsFromAnotherInstance(t *testing.T) {
 // After each, the same producer's next append is accepted at the seq the failure did not take.
 func TestProtocolAppendFailuresLeaveNothing(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	p, db := newProtocol(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
-	require.NoError(t, err)
-	same := func(a, b string) bool { return a == b }
-	_, err = db.Pool.Exec(ctx, `
+	_, err := db.Pool.Exec(ctx, `
 		CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN IF NEW.text LIKE '%boom%' THEN RAISE EXCEPTION 'refused: %', NEW.text; END IF; RETURN NEW; END $$;
 		CREATE TRIGGER refuse_now BEFORE INSERT ON message_chunks FOR EACH ROW WHEN (NEW.text = 'boom now') EXECUTE FUNCTION refuse_boom();
 		CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON message_chunks DEFERRABLE INITIALLY DEFERRED
 			FOR EACH ROW WHEN (NEW.text = 'boom at commit') EXECUTE FUNCTION refuse_boom();`)
 	require.NoError(t, err)
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "s", ContentType: "text/plain", SameType: same})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "s", ContentType: "text/plain", SameType: sameType})
 	require.NoError(t, err)
 
 	idleInTx := func() int {
@@ -315,7 +299,7 @@ func TestProtocolAppendFailuresLeaveNothing(t *testing.T) {
 		return n
 	}
 	appendAs := func(seq int64, text string) (checkpoint.AppendOutcome, error) {
-		return p.Append(ctx, checkpoint.AppendStream{Path: "s", ContentType: "text/plain", Text: text, SameType: same,
+		return p.Append(ctx, checkpoint.AppendStream{Path: "s", ContentType: "text/plain", Text: text, SameType: sameType,
 			Producer: &checkpoint.ProducerRef{ID: "p", Epoch: 0, Seq: seq}})
 	}
 	out, err := appendAs(0, "first ")
@@ -348,17 +332,17 @@ func TestProtocolAppendFailuresLeaveNothing(t *testing.T) {
 	require.Equal(t, "first second", meta)
 
 	// Expired: missing, or gone while a fork of it lives; neither writes.
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "fork", SameType: same, Fork: &checkpoint.Fork{Source: "s"}})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "fork", SameType: sameType, Fork: &checkpoint.Fork{Source: "s"}})
 	require.NoError(t, err)
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "alone", ContentType: "text/plain", SameType: same})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "alone", ContentType: "text/plain", SameType: sameType})
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, "UPDATE ds_streams SET ttl_seconds = 0 WHERE path IN ('s', 'alone')")
 	require.NoError(t, err)
 	_, err = appendAs(2, "late")
 	require.ErrorIs(t, err, checkpoint.ErrStreamGone)
-	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "alone", ContentType: "text/plain", Text: "late", SameType: same})
+	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "alone", ContentType: "text/plain", Text: "late", SameType: sameType})
 	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound)
-	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "never", ContentType: "text/plain", Text: "x", SameType: same})
+	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "never", ContentType: "text/plain", Text: "x", SameType: sameType})
 	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound)
 	require.Zero(t, idleInTx())
 }
@@ -380,7 +364,6 @@ func TestProtocolInAnAppsMapping(t *testing.T) {
 		Key: "answer_id", Body: "txt", Seq: "len", Status: "state", Owner: "who", Role: "speaker",
 		ChunkKey: "id", ChunkStream: "answer", ChunkSeq: "end_at", ChunkText: "part"}}
 	p := mappedProtocol(t, db.Pool, tables)
-	same := func(a, b string) bool { return a == b }
 	read := func(path string) string {
 		t.Helper()
 		_, text, _, err := p.Read(ctx, path, 0, 1000, false)
@@ -393,14 +376,14 @@ func TestProtocolInAnAppsMapping(t *testing.T) {
 		return
 	}
 
-	meta, created, err := p.Create(ctx, checkpoint.CreateStream{Path: "chat/1", Owner: "alice", ContentType: "text/plain", Text: "héllo ", SameType: same})
+	meta, created, err := p.Create(ctx, checkpoint.CreateStream{Path: "chat/1", Owner: "alice", ContentType: "text/plain", Text: "héllo ", SameType: sameType})
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, "alice", meta.Owner)
 	owner, role, state, length := row("ds/chat/1")
 	require.Equal(t, []any{"alice", "stream", "pending", int64(6)}, []any{owner, role, state, length})
 
-	w := checkpoint.AppendStream{Path: "chat/1", ContentType: "text/plain", Text: "wörld", SameType: same, Producer: &checkpoint.ProducerRef{ID: "p", Seq: 0}}
+	w := checkpoint.AppendStream{Path: "chat/1", ContentType: "text/plain", Text: "wörld", SameType: sameType, Producer: &checkpoint.ProducerRef{ID: "p", Seq: 0}}
 	out, err := p.Append(ctx, w)
 	require.NoError(t, err)
 	require.Equal(t, producer.Seq(11), out.Tail)
@@ -416,18 +399,18 @@ func TestProtocolInAnAppsMapping(t *testing.T) {
 	require.Equal(t, []string{"ds/chat/1:6", "ds/chat/1:11"}, keys, "the chunk key is written as the mapping names it")
 
 	six := producer.Seq(6)
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "chat/1-edit", SameType: same, Fork: &checkpoint.Fork{Source: "chat/1", Offset: &six}})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "chat/1-edit", SameType: sameType, Fork: &checkpoint.Fork{Source: "chat/1", Offset: &six}})
 	require.NoError(t, err)
-	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "chat/1-edit", ContentType: "text/plain", Text: "again", Close: true, SameType: same})
+	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "chat/1-edit", ContentType: "text/plain", Text: "again", Close: true, SameType: sameType})
 	require.NoError(t, err)
 	require.Equal(t, "héllo again", read("chat/1-edit"))
 	_, _, state, _ = row("ds/chat/1-edit")
 	require.Equal(t, "complete", state)
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id FROM answer_parts WHERE answer = 'ds/chat/1-edit' AND end_at = 6").Scan(new(string)))
 
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "bin", ContentType: "application/octet-stream", Binary: true, SameType: same})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "bin", ContentType: "application/octet-stream", Binary: true, SameType: sameType})
 	require.NoError(t, err)
-	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "bin", ContentType: "application/octet-stream", Text: "\x00\xff", SameType: same})
+	_, err = p.Append(ctx, checkpoint.AppendStream{Path: "bin", ContentType: "application/octet-stream", Text: "\x00\xff", SameType: sameType})
 	require.NoError(t, err)
 	require.Equal(t, "\x00\xff", read("bin"))
 
@@ -441,7 +424,7 @@ func TestProtocolInAnAppsMapping(t *testing.T) {
 	require.ErrorIs(t, err, checkpoint.ErrStreamNotFound, "collected with its last fork")
 
 	hour := int64(3600)
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "brief", ContentType: "text/plain", TTL: &hour, Text: "x", SameType: same})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "brief", ContentType: "text/plain", TTL: &hour, Text: "x", SameType: sameType})
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, "UPDATE ds_streams SET ttl_seconds = 0 WHERE path = 'brief'")
 	require.NoError(t, err)
@@ -449,7 +432,7 @@ func TestProtocolInAnAppsMapping(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, reaped.Streams)
 
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "app-deletes", ContentType: "text/plain", Text: "y", SameType: same})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "app-deletes", ContentType: "text/plain", Text: "y", SameType: sameType})
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, "DELETE FROM answers WHERE answer_id = 'ds/app-deletes'")
 	require.NoError(t, err)
@@ -477,14 +460,13 @@ func TestProtocolAppendsWithDollarsInTheMappedNames(t *testing.T) {
 		Key: "id$2", Body: "body$1", Seq: "seq$3", Status: "status$2", Owner: "owner$1",
 		ChunkKey: "k$1", ChunkStream: "s$1", ChunkSeq: "e$2", ChunkText: "t$3"}}
 	p := mappedProtocol(t, db.Pool, tables)
-	same := func(a, b string) bool { return a == b }
-	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "d", Owner: "o", ContentType: "text/plain", SameType: same})
+	_, _, err = p.Create(ctx, checkpoint.CreateStream{Path: "d", Owner: "o", ContentType: "text/plain", SameType: sameType})
 	require.NoError(t, err)
-	out, err := p.Append(ctx, checkpoint.AppendStream{Path: "d", ContentType: "text/plain", Text: "$1 costs ", SameType: same,
+	out, err := p.Append(ctx, checkpoint.AppendStream{Path: "d", ContentType: "text/plain", Text: "$1 costs ", SameType: sameType,
 		Producer: &checkpoint.ProducerRef{ID: "$2", Seq: 0}, StreamSeq: "$3"})
 	require.NoError(t, err)
 	require.Equal(t, producer.Seq(9), out.Tail)
-	out, err = p.Append(ctx, checkpoint.AppendStream{Path: "d", ContentType: "text/plain", Text: "$2", Close: true, SameType: same,
+	out, err = p.Append(ctx, checkpoint.AppendStream{Path: "d", ContentType: "text/plain", Text: "$2", Close: true, SameType: sameType,
 		Producer: &checkpoint.ProducerRef{ID: "$2", Seq: 1}})
 	require.NoError(t, err)
 	require.Equal(t, producer.Seq(11), out.Tail)
@@ -548,20 +530,17 @@ func TestProtocolTablesDDLMatchesTheMigrations(t *testing.T) {
 // old stream over text it never held.
 func TestProtocolReadNeverMixesIncarnations(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	p, _ := newProtocol(t)
 	ctx := t.Context()
-	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
-	require.NoError(t, err)
-	same := func(a, b string) bool { return a == b }
 	for _, ct := range []string{"text/plain", "application/octet-stream"} {
 		path := "again-" + ct
-		old, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, Text: "old", SameType: same, Binary: ct != "text/plain"})
+		old, _, err := p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, Text: "old", SameType: sameType, Binary: ct != "text/plain"})
 		require.NoError(t, err)
 		var fresh checkpoint.StreamMeta
 		checkpoint.SetAfterHead(p, func() {
 			checkpoint.SetAfterHead(p, nil)
 			require.NoError(t, p.Delete(ctx, path))
-			fresh, _, err = p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, Text: "new and longer", SameType: same, Binary: ct != "text/plain"})
+			fresh, _, err = p.Create(ctx, checkpoint.CreateStream{Path: path, ContentType: ct, Text: "new and longer", SameType: sameType, Binary: ct != "text/plain"})
 			require.NoError(t, err)
 		})
 		m, text, end, err := p.Read(ctx, path, 1, 10, false)
@@ -589,3 +568,15 @@ func mappedProtocol(t *testing.T, pool *pgxpool.Pool, tables checkpoint.Tables) 
 	require.NoError(t, err)
 	return p
 }
+
+// newProtocol is a protocol store on a fresh database of its own.
+func newProtocol(t *testing.T) (*checkpoint.Protocol, *pgtest.DB) {
+	t.Helper()
+	db := pgtest.NewDB(t)
+	p, err := checkpoint.NewProtocol(checkpoint.ProtocolConfig{Pool: db.Pool})
+	require.NoError(t, err)
+	return p, db
+}
+
+// sameType is the tests' content-type match: exact.
+func sameType(a, b string) bool { return a == b }
