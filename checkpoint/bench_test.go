@@ -415,15 +415,7 @@ func BenchmarkCheckpointSaturation(b *testing.B) {
 			var script strings.Builder
 			script.WriteString("\\startpipeline\n")
 			for k := 1; k <= size; k++ {
-				fmt.Fprintf(&script, `WITH cas AS (
-  UPDATE messages SET seq = seq + 300 WHERE id = 'p' || :client_id || '-%[1]d' AND status = 'streaming' AND host = 'bench'
-  RETURNING seq, cancel_requested
-), ins AS (
-  INSERT INTO message_chunks (stream_id, seq, text, traceparent)
-  SELECT 'p' || :client_id || '-%[1]d', seq, '%[2]s', NULL FROM cas
-)
-SELECT * FROM cas;
-`, k, text)
+				script.WriteString(checkpointSQL(fmt.Sprintf("'p' || :client_id || '-%d'", k), "'"+text+"'") + ";\n")
 			}
 			script.WriteString("\\endpipeline\n")
 			path := filepath.Join(b.TempDir(), fmt.Sprintf("checkpoint%d.sql", size))
@@ -468,14 +460,7 @@ SELECT * FROM cas;
 		// in this process run pgbench's transactions of it (runPgx, runPgconn): what a Go client
 		// costs with none of the Store's machinery (a goroutine per stream, the group commit's
 		// hand-offs, the checkpoint's bookkeeping).
-		bare := `WITH cas AS (
-  UPDATE messages SET seq = seq + 300 WHERE id = $1 AND status = 'streaming' AND host = 'bench'
-  RETURNING seq, cancel_requested
-), ins AS (
-  INSERT INTO message_chunks (stream_id, seq, text, traceparent)
-  SELECT $1, seq, $2, NULL FROM cas
-)
-SELECT * FROM cas`
+		bare := checkpointSQL("$1", "$2")
 		// clientTurn runs pgbench's transactions from c goroutines of this process for d, in the
 		// scripts' proportion of sizes: tx sends client's transaction of size checkpoints. It
 		// returns the checkpoints and transactions made, and this process's CPU meanwhile.
@@ -604,6 +589,20 @@ SELECT * FROM cas`
 		b.ReportMetric((ours/measured)/(ceiling/single.Seconds()), "ratio16")
 		b.ReportMetric((float64(alone)/single.Seconds())/(theirs/measured), "ungrouped-ratio")
 	}
+}
+
+// checkpointSQL is the statement of one checkpoint of 300 units as pgbench and the bare clients
+// run it (the Store's compare-and-swap and chunk insert, in one statement): id and text are SQL
+// expressions, a pgbench script's literals or a prepared statement's parameters.
+func checkpointSQL(id, text string) string {
+	return `WITH cas AS (
+  UPDATE messages SET seq = seq + 300 WHERE id = ` + id + ` AND status = 'streaming' AND host = 'bench'
+  RETURNING seq, cancel_requested
+), ins AS (
+  INSERT INTO message_chunks (stream_id, seq, text, traceparent)
+  SELECT ` + id + `, seq, ` + text + `, NULL FROM cas
+)
+SELECT * FROM cas`
 }
 
 // sizeStep is 1 for hiWeight of every 1000 transactions, spread evenly (the k-th transaction's
